@@ -1,0 +1,67 @@
+# Two commands matter to a new user: `make run` and `make test`. Everything else is for developers.
+PYTHON  ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+UV_VERSION := 0.13.9
+
+.PHONY: install run test test-fast test-nightly lint lock bench bench-full bench-plone clean
+
+$(BIN)/uv:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(STAMP): $(BIN)/uv requirements.txt pyproject.toml
+	$(BIN)/uv pip sync --quiet --python $(BIN)/python requirements.txt
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Start the service on http://127.0.0.1:8080 (embedded PostgreSQL + demo catalog unless DATABASE_URL is set).
+run: $(STAMP)
+	$(BIN)/catalog-service serve --demo
+
+## Install everything and run the whole suite (what CI runs). The suite runs on the embedded
+## PostgreSQL 18 (or DATABASE_URL); the service's own tests run again on the machine's
+## PostgreSQL 15 when one answers on 127.0.0.1:5432 (PG15_URL), since both are supported.
+PG15_URL ?= postgresql://127.0.0.1:5432/test
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+	@if $(BIN)/python -c "import psycopg,sys; psycopg.connect('$(PG15_URL)', connect_timeout=3).close()" 2>/dev/null; then \
+		echo "== service tests again on $(PG15_URL)"; \
+		DATABASE_URL=$(PG15_URL) $(BIN)/python -m pytest -p no:cacheprovider -q \
+			tests/service/test_api.py tests/service/test_store.py tests/service/test_relevance.py; \
+	else echo "== no PostgreSQL at $(PG15_URL): second run skipped"; fi
+
+## Everything except the slow Plone layers and the long hypothesis profile.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+## Many more generated cases for the differential tests.
+test-nightly: $(STAMP)
+	HYPOTHESIS_PROFILE=nightly $(BIN)/python -m pytest tests/service $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+
+## Re-pin requirements.txt (and the service image's subset) from pyproject.toml.
+lock: $(BIN)/uv
+	$(BIN)/uv pip compile --quiet --python-version 3.11 --extra dev --no-emit-package plone-catalog-service pyproject.toml -o requirements.txt
+	$(BIN)/uv pip compile --quiet --python-version 3.11 --extra service --no-emit-package plone-catalog-service pyproject.toml -o requirements-service.txt
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/catalog_bench.py --sizes 10000,100000
+
+bench-full: $(STAMP)
+	$(BIN)/python benchmarks/catalog_bench.py --sizes 10000,100000,1000000
+
+## Plone with ZCatalog vs the connector, on FileStorage, RelStorage and JsonbStorage (docs/benchmarks/plone.md).
+bench-plone: $(STAMP)
+	$(BIN)/python benchmarks/plone_bench.py
+
+clean:
+	rm -rf $(VENV) .pgdata .pytest_cache

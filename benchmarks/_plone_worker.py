@@ -1,0 +1,393 @@
+"""One configuration of the Plone benchmark, run in its own process (benchmarks/plone_bench.py).
+
+Zope keeps its set-up (ZCML, the database of the publisher) in process globals, so each
+configuration (catalog x storage) gets a fresh interpreter. The Plone site comes from
+plone.app.testing's fixture, copied record by record into the storage under test (so every
+configuration starts from the same site), and is then used like a real instance: content is
+created through plone.api, one transaction per document, and pages are published through
+ZPublisher's WSGI entry point exactly as a request would be.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import transaction  # noqa: E402
+import ZODB  # noqa: E402
+from plone.app.testing import PLONE_FIXTURE, PloneSandboxLayer, applyProfile  # noqa: E402
+from plone.testing import zodb, zope  # noqa: E402
+
+WARM_CACHE = 100_000  # objects: everything the benchmark touches stays in the ZODB cache
+SMALL_CACHE = 100  # objects: the "cold" runs
+FOLDERS = 10
+EDITOR = ("bench-editor", "bench-editor-pw-1")
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+         "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango")
+SEARCH_WORD = "quebec"  # in one document of 20
+
+
+def open_storage(kind: str, target: str, blob_dir: str):
+    if kind == "FileStorage":
+        from ZODB.FileStorage import FileStorage
+
+        return FileStorage(target, blob_dir=blob_dir)
+    if kind == "RelStorage":
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+        from relstorage.adapters.postgresql import PostgreSQLAdapter
+        from relstorage.options import Options
+        from relstorage.storage import RelStorage
+
+        options = Options(keep_history=False, blob_dir=blob_dir, shared_blob_dir=False)
+        # RelStorage's driver (psycopg2) wants key=value connection strings, not URLs.
+        dsn = make_conninfo(**{k: v for k, v in conninfo_to_dict(target).items() if v})
+        return RelStorage(PostgreSQLAdapter(dsn=dsn, options=options), options=options)
+    if kind == "JsonbStorage":
+        from plone_connector.storage import JsonbStorage
+
+        return JsonbStorage(target, blob_dir=blob_dir)
+    raise ValueError(kind)
+
+
+class BenchLayer(PloneSandboxLayer):
+    """Plone with plone.app.contenttypes (and the connector when asked), on the storage under test."""
+
+    defaultBases = (PLONE_FIXTURE,)
+    connector = False
+
+    def setUpZope(self, app, configurationContext):
+        import plone.app.contenttypes
+
+        self.loadZCML(package=plone.app.contenttypes)
+        if self.connector:
+            import plone_connector
+
+            self.loadZCML(package=plone_connector)
+
+    def setUpPloneSite(self, portal):
+        applyProfile(portal, "plone.app.contenttypes:default")
+        workflow = portal.portal_workflow
+        workflow.setDefaultChain("simple_publication_workflow")
+        # Documents are published on creation (anonymous pages list them); folders go through
+        # the publication workflow.
+        workflow.setChainForPortalTypes(("Document",), "one_state_workflow")
+        portal.acl_users.source_users.addUser(EDITOR[0], EDITOR[0], EDITOR[1])
+        portal.acl_users.portal_role_manager.doAssignRoleToPrincipal(EDITOR[0], "Editor")
+        portal.acl_users.portal_role_manager.doAssignRoleToPrincipal(EDITOR[0], "Member")
+        if self.connector:
+            applyProfile(portal, "plone_connector:default")
+
+
+def set_up(kind: str, target: str, connector: bool, blob_dir: str):
+    from tests.connector.sites import set_up as set_up_layers
+    from tests.e2e.jsonb_layer import seed
+
+    def stacked(base_db, name=None):
+        if base_db is None or name != "BenchLayer":
+            return original(base_db, name)
+        storage = open_storage(kind, target, blob_dir)
+        seed(storage, base_db.storage)
+        return ZODB.DB(storage, cache_size=WARM_CACHE)
+
+    original = zodb.stackDemoStorage
+    layer = BenchLayer(name="BenchLayer")
+    layer.connector = connector
+    with mock.patch.object(zodb, "stackDemoStorage", stacked):
+        set_up_layers(layer)
+    return layer
+
+
+# -- acting like a Plone instance -----------------------------------------------------------
+
+
+class Site:
+    """A connection to the site, kept open like a Zope worker thread's (its ZODB cache persists)."""
+
+    def __init__(self):
+        from plone.app.testing import SITE_OWNER_NAME
+        from plone.app.testing import login as plone_login
+        from zope.component.hooks import setSite
+
+        self._context = zope.zopeApp()
+        self.app = self._context.__enter__()
+        self.site = self.app["plone"]
+        setSite(self.site)
+        plone_login(self.app, SITE_OWNER_NAME)
+
+    def close(self):
+        from plone.app.testing import logout
+        from zope.component.hooks import setSite
+
+        transaction.abort()
+        logout()
+        setSite(None)
+        self._context.__exit__(None, None, None)
+
+
+def document_text(n: int) -> str:
+    words = [WORDS[(n * 7 + i * 3) % len(WORDS)] for i in range(12)]
+    if n % 20 == 0:
+        words.append(SEARCH_WORD)
+    else:
+        words = [w for w in words if w != SEARCH_WORD]
+    return " ".join(words)
+
+
+class CatalogTime:
+    """Time spent in the catalog's own work while writing: ZCatalog's ``catalog_object`` and
+    ``uncatalog_object``, or the connector's calls to the service (benchmark instrumentation)."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.calls = 0
+
+    def install(self, connector: bool) -> None:
+        if connector:
+            from plone_connector.catalog.client import CatalogClient
+
+            self._wrap(CatalogClient, "_send")
+        else:
+            from Products.ZCatalog.ZCatalog import ZCatalog
+
+            self._wrap(ZCatalog, "catalog_object")
+            self._wrap(ZCatalog, "uncatalog_object")
+
+    def _wrap(self, cls, name):
+        real = getattr(cls, name)
+        timer = self
+
+        def timed(*args, **kw):
+            began = time.perf_counter()
+            try:
+                return real(*args, **kw)
+            finally:
+                timer.seconds += time.perf_counter() - began
+                timer.calls += 1
+
+        setattr(cls, name, timed)
+
+    def take(self) -> tuple[float, int]:
+        taken = (self.seconds, self.calls)
+        self.seconds, self.calls = 0.0, 0
+        return taken
+
+
+catalog_time = CatalogTime()
+
+
+def create_documents(start: int, stop: int) -> float:
+    """Create documents start..stop-1 (one transaction each); ms per document."""
+    from plone import api
+    from plone.app.textfield.value import RichTextValue
+
+    s = Site()
+    try:
+        began = time.perf_counter()
+        for n in range(start, stop):
+            folder = s.site[f"folder-{n % FOLDERS}"]
+            text = document_text(n)
+            api.content.create(
+                container=folder, type="Document", id=f"doc-{n}", title=f"Document {n} {text[:20]}",
+                description=f"About {text[:40]}",
+                text=RichTextValue(f"<p>{text}</p>", "text/html", "text/x-html-safe"),
+            )
+            transaction.commit()
+        return (time.perf_counter() - began) * 1000 / (stop - start)
+    finally:
+        s.close()
+
+
+def create_folders() -> None:
+    from plone import api
+
+    s = Site()
+    try:
+        for k in range(FOLDERS):
+            folder = api.content.create(container=s.site, type="Folder", id=f"folder-{k}", title=f"Section {k}")
+            api.content.transition(folder, "publish")
+        transaction.commit()
+    finally:
+        s.close()
+
+
+def modify_documents(count: int) -> float:
+    """Edit title and description of ``count`` documents as the edit form does; ms per document."""
+    from zope.event import notify
+    from zope.lifecycleevent import ObjectModifiedEvent
+
+    s = Site()
+    try:
+        began = time.perf_counter()
+        for n in range(count):
+            doc = s.site[f"folder-{n % FOLDERS}"][f"doc-{n}"]
+            doc.title = f"Edited {n} {doc.title}"[:120]
+            doc.description = f"Edited: {doc.description}"[:200]
+            notify(ObjectModifiedEvent(doc))
+            transaction.commit()
+        return (time.perf_counter() - began) * 1000 / count
+    finally:
+        s.close()
+
+
+def catalog_queries(site) -> dict[str, dict]:
+    """The catalog queries a Plone page sends most, in the shape Plone sends them."""
+    site_path = "/".join(site.getPhysicalPath())
+    return {
+        "folder listing": {"path": {"query": site_path + "/folder-3", "depth": 1},
+                           "sort_on": "getObjPositionInParent", "b_start": 0, "b_size": 20},
+        # plone.app.layout's global navigation (navigation_depth 1, as most sites keep it).
+        "navigation": {"path": {"query": site_path, "depth": 1}, "portal_type": {"query": ["Folder", "Document"]},
+                       "sort_on": "getObjPositionInParent", "is_default_page": False, "exclude_from_nav": False},
+        "collection by type": {"portal_type": "Document", "sort_on": "modified", "sort_order": "reverse",
+                               "b_start": 0, "b_size": 20},
+        "SearchableText": {"SearchableText": SEARCH_WORD, "b_start": 0, "b_size": 20},
+    }
+
+
+def time_queries(connector: bool, cold: bool, query_cache: bool, rounds: int) -> dict[str, float]:
+    """Median ms of each query, including reading the first 20 brains' metadata as a listing does."""
+    from plone.app.testing import logout
+
+    s = Site()
+    logout()  # as Anonymous: the security filter is part of every real query
+    db = s.app._p_jar.db()
+    if cold:
+        db.setCacheSize(SMALL_CACHE)
+    try:
+        catalog = s.site.portal_catalog
+        queries = catalog_queries(s.site)
+        result = {}
+        for label, query in queries.items():
+            samples = []
+            for i in range(rounds + 3):
+                transaction.abort()  # a new request: a fresh snapshot
+                if cold:
+                    s.app._p_jar.cacheGC()
+                if connector and not query_cache:
+                    from plone_connector.catalog.cache import query_cache as cache
+
+                    cache.clear()
+                began = time.perf_counter()
+                brains = catalog.searchResults(**query)
+                rows = [(b.Title, b.getURL(), b.review_state) for b in brains[:20]]
+                len(brains)
+                elapsed = (time.perf_counter() - began) * 1000
+                assert rows, f"{label}: no results"
+                if i >= 3:
+                    samples.append(elapsed)
+            result[label] = statistics.median(samples)
+        return result
+    finally:
+        db.setCacheSize(WARM_CACHE)
+        s.close()
+
+
+def render(path: str, query: str = "", user: tuple[str, str] | None = None) -> int:
+    """Publish one GET request through ZPublisher; returns the body size."""
+    from ZPublisher.WSGIPublisher import publish_module
+
+    environ = {
+        "REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": query, "SERVER_NAME": "nohost",
+        "SERVER_PORT": "80", "HTTP_HOST": "nohost", "SERVER_PROTOCOL": "HTTP/1.1",
+        "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(), "wsgi.errors": sys.stderr,
+    }
+    if user:
+        environ["HTTP_AUTHORIZATION"] = "Basic " + base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode()
+    status = []
+    body = b"".join(publish_module(environ, lambda s, headers, exc_info=None: status.append(s)))
+    if not status or not status[0].startswith("200"):
+        raise RuntimeError(f"GET {path}?{query} answered {status}: {body[:300]!r}")
+    return len(body)
+
+
+PAGES = {
+    "site root": ("/plone", ""),
+    "folder listing": ("/plone/folder-3", ""),
+    "search results": ("/plone/@@search", f"SearchableText={SEARCH_WORD}"),
+}
+
+
+def time_pages(connector: bool, rounds: int) -> dict[str, dict]:
+    result = {}
+    for label, (path, query) in PAGES.items():
+        for who, user in (("anonymous", None), ("editor", EDITOR)):
+            for _ in range(3):
+                render(path, query, user)
+            before = _service_counts(connector)
+            samples = []
+            for _ in range(rounds):
+                began = time.perf_counter()
+                render(path, query, user)
+                samples.append((time.perf_counter() - began) * 1000)
+            after = _service_counts(connector)
+            entry = {"ms": statistics.median(samples)}
+            if connector:
+                entry["requests_per_render"] = (after[0] - before[0]) / rounds
+                entry["cache_hits_per_render"] = (after[1] - before[1]) / rounds
+            result[f"{label}, {who}"] = entry
+    return result
+
+
+def _service_counts(connector: bool) -> tuple[int, int]:
+    if not connector:
+        return (0, 0)
+    from plone_connector.catalog import stats
+
+    return stats.totals.service_requests, stats.totals.cache_hits
+
+
+def run(config: dict) -> dict:
+    kind, connector = config["storage"], config["catalog"] == "connector"
+    blob_dir = config.get("blob_dir") or tempfile.mkdtemp(prefix="plone-bench-blobs-")
+    began = time.perf_counter()
+    set_up(kind, config["target"], connector, blob_dir)
+    out = {"setup_s": time.perf_counter() - began}
+    sizes = config["docs"]
+    create_folders()
+    catalog_time.install(connector)
+    out["create"], out["create_catalog"] = {}, {}
+    done = 0
+    for size in sizes:
+        catalog_time.take()
+        out["create"][size] = create_documents(done, size)
+        seconds, calls = catalog_time.take()
+        out["create_catalog"][size] = {"ms": seconds * 1000 / (size - done), "calls": calls / (size - done)}
+        done = size
+    out["modify"] = modify_documents(min(500, done))
+    seconds, calls = catalog_time.take()
+    out["modify_catalog"] = {"ms": seconds * 1000 / min(500, done), "calls": calls / min(500, done)}
+    rounds = config["rounds"]
+    out["queries_warm"] = time_queries(connector, cold=False, query_cache=True, rounds=rounds)
+    if connector:
+        out["queries_warm_uncached"] = time_queries(connector, cold=False, query_cache=False, rounds=rounds)
+    out["queries_cold"] = time_queries(connector, cold=True, query_cache=False, rounds=rounds)
+    out["pages"] = time_pages(connector, rounds)
+    if connector:
+        from plone_connector.catalog.views import service_stats
+
+        out["service_stats"] = service_stats()
+    return out
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    os.environ.setdefault("CATALOG_SERVICE_CATALOG_ID", config.get("catalog_id", "bench"))
+    result = run(config)
+    Path(config["output"]).write_text(json.dumps(result, indent=2))
+    # Zope's and the storages' threads can keep the interpreter alive; the result is written.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,306 @@
+"""Storage benchmark in the shape of zodbshootout: JsonbStorage vs RelStorage vs FileStorage.
+
+    .venv/bin/python benchmarks/storage_bench.py [--objects 1000] [--repeat 3] [--concurrency 1,4]
+
+For each storage and concurrency level, every worker (a process for the PostgreSQL storages,
+a thread for FileStorage, which one process must own) times, in objects per second:
+
+- add:       create N PersistentMappings in one transaction and commit;
+- update:    change all N and commit;
+- cold read: load all N into an empty ZODB cache of a freshly opened storage;
+- warm read: load them again after ``cacheMinimize()`` (ZODB cache empty, storage caches warm:
+             RelStorage's local cache helps here; JsonbStorage has none).
+
+The per-worker rates are summed (the throughput of all workers together) and the best of
+``--repeat`` runs is kept. Pack time: 20k objects, half unreachable, garbage-collected.
+RelStorage runs history-free on the same PostgreSQL server (its own database). Without
+DATABASE_URL the embedded PostgreSQL of the tests is used. Writes docs/benchmarks/storage.md
+and docs/benchmarks/storage.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import transaction  # noqa: E402
+import ZODB  # noqa: E402
+from persistent.mapping import PersistentMapping  # noqa: E402
+
+OPERATIONS = ["add", "update", "cold read", "warm read"]
+
+
+def open_storage(kind: str, target: str):
+    if kind == "JsonbStorage":
+        from plone_connector.storage import JsonbStorage
+
+        return JsonbStorage(target)
+    if kind == "RelStorage":
+        from relstorage.adapters.postgresql import PostgreSQLAdapter
+        from relstorage.options import Options
+        from relstorage.storage import RelStorage
+
+        options = Options(keep_history=False, cache_local_mb=50)
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        # RelStorage's driver (psycopg2) wants key=value connection strings, not URLs.
+        dsn = make_conninfo(**{k: v for k, v in conninfo_to_dict(target).items() if v})
+        return RelStorage(PostgreSQLAdapter(dsn=dsn, options=options), options=options)
+    if kind == "FileStorage":
+        import ZODB.FileStorage
+
+        return ZODB.FileStorage.FileStorage(target)
+    raise ValueError(kind)
+
+
+def _document(i: int) -> PersistentMapping:
+    return PersistentMapping(
+        title=f"Document {i}",
+        description="A document with a few fields, like a small Plone content item " * 2,
+        count=i,
+        tags=["news", "event", str(i % 10)],
+        ratio=i / 7,
+    )
+
+
+def make_containers(kind: str, target: str, count: int) -> list[bytes]:
+    """One container per worker, created up front so workers never conflict on the root."""
+    db = ZODB.DB(open_storage(kind, target))
+    with db.transaction() as conn:
+        containers = [PersistentMapping() for _ in range(count)]
+        for container in containers:
+            conn.root()[f"worker-{time.monotonic_ns()}"] = container
+            conn.add(container)
+    oids = [container._p_oid for container in containers]
+    db.close()
+    return oids
+
+
+def run_worker(db, n: int, oid: bytes) -> dict[str, float]:
+    """Add, then update, n objects in the worker's own container."""
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    container = conn.get(oid)
+    times = {}
+    start = time.perf_counter()
+    for i in range(n):
+        container[i] = _document(i)
+    tm.commit()
+    times["add"] = time.perf_counter() - start
+    start = time.perf_counter()
+    for i in range(n):
+        container[i]["count"] += 1
+    tm.commit()
+    times["update"] = time.perf_counter() - start
+    conn.close()
+    return times
+
+
+def read_pass(db, oid, n: int) -> tuple[float, float]:
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    conn.cacheMinimize()
+    tm.begin()
+    start = time.perf_counter()
+    container = conn.get(oid)
+    for i in range(n):
+        container[i]["count"]
+    cold = time.perf_counter() - start
+    tm.abort()
+    conn.cacheMinimize()
+    tm.begin()
+    start = time.perf_counter()
+    container = conn.get(oid)
+    for i in range(n):
+        container[i]["count"]
+    warm = time.perf_counter() - start
+    tm.abort()
+    conn.close()
+    return cold, warm
+
+
+def _process_worker(kind, target, n, oid, barrier, results):
+    try:
+        db = ZODB.DB(open_storage(kind, target))
+        barrier.wait()
+        times = run_worker(db, n, oid)
+        db.close()
+        # Cold: a new storage (as a new process would have) with empty caches.
+        db = ZODB.DB(open_storage(kind, target))
+        times["cold read"], times["warm read"] = read_pass(db, oid, n)
+        db.close()
+        results.put(times)
+    except BaseException as error:
+        results.put(repr(error))
+        raise
+
+
+def run_concurrent(kind: str, target: str, n: int, concurrency: int) -> dict[str, float]:
+    """objects/s summed over the workers."""
+    oids = make_containers(kind, target, concurrency)
+    if kind == "FileStorage":
+        db = ZODB.DB(open_storage(kind, target))
+        results, errors = [], []
+
+        def thread(oid):
+            try:
+                times = run_worker(db, n, oid)
+                times["cold read"], times["warm read"] = read_pass(db, oid, n)
+                results.append(times)
+            except Exception as error:  # noqa: BLE001 - re-raised below
+                errors.append(error)
+
+        threads = [threading.Thread(target=thread, args=(oid,)) for oid in oids]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        db.close()
+        if errors:
+            raise errors[0]
+    else:
+        context = multiprocessing.get_context("fork")
+        queue, barrier = context.Queue(), context.Barrier(concurrency)
+        procs = [
+            context.Process(target=_process_worker, args=(kind, target, n, oid, barrier, queue))
+            for oid in oids
+        ]
+        for p in procs:
+            p.start()
+        results = [queue.get(timeout=600) for _ in procs]
+        for p in procs:
+            p.join()
+        failures = [r for r in results if isinstance(r, str)]
+        if failures:
+            raise RuntimeError(f"{kind} worker failed: {failures[0]}")
+    return {op: sum(n / r[op] for r in results) for op in OPERATIONS}
+
+
+def pack_time(kind: str, target: str, n: int = 20000) -> float:
+    db = ZODB.DB(open_storage(kind, target))
+    with db.transaction() as conn:
+        conn.root()["pack"] = PersistentMapping({i: _document(i) for i in range(n)})
+    with db.transaction() as conn:
+        container = conn.root()["pack"]
+        for i in range(0, n, 2):
+            del container[i]
+    time.sleep(0.01)
+    start = time.perf_counter()
+    db.pack(time.time())
+    elapsed = time.perf_counter() - start
+    db.close()
+    return elapsed
+
+
+def _fresh_database(admin: str, name: str) -> str:
+    import psycopg
+
+    from tests.pg import with_database
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'drop database if exists "{name}" with (force)')
+        conn.execute(f'create database "{name}"')
+    return with_database(admin, name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--objects", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--concurrency", default="1,4")
+    parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "storage.md"))
+    args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+
+    from tests.pg import server_url
+
+    admin = server_url()
+    workdir = tempfile.mkdtemp(prefix="storage-bench-")
+    targets = {
+        "JsonbStorage": _fresh_database(admin, "bench_jsonb"),
+        "RelStorage": _fresh_database(admin, "bench_relstorage"),
+        "FileStorage": os.path.join(workdir, "Data.fs"),
+    }
+    open_storage("RelStorage", targets["RelStorage"]).close()  # creates its schema once
+    rows = {}
+    for kind, target in targets.items():
+        for level in levels:
+            best = {op: 0.0 for op in OPERATIONS}
+            for _ in range(args.repeat):
+                rates = run_concurrent(kind, target, args.objects, level)
+                best = {op: max(best[op], rates[op]) for op in OPERATIONS}
+            rows[(kind, level)] = best
+            print(kind, level, {op: round(v) for op, v in best.items()}, flush=True)
+    packs = {kind: pack_time(kind, target) for kind, target in targets.items()}
+    print("pack seconds", {k: round(v, 3) for k, v in packs.items()})
+    write_report(Path(args.output), rows, packs, levels, args)
+
+
+def write_report(path: Path, rows, packs, levels, args) -> None:
+    import platform
+
+    import psycopg
+
+    from tests.pg import server_url
+
+    with psycopg.connect(server_url()) as conn:
+        server = conn.execute("show server_version").fetchone()[0]
+    lines = [
+        "# Storage benchmark: JsonbStorage, RelStorage, FileStorage",
+        "",
+        f"`benchmarks/storage_bench.py --objects {args.objects} --repeat {args.repeat}"
+        f" --concurrency {args.concurrency}`, PostgreSQL {server} (same server for both"
+        f" PostgreSQL storages), Python {platform.python_version()}, {os.cpu_count()} CPUs.",
+        "Objects per second summed over the concurrent workers, best of the repeats"
+        " (higher is better). Workers are processes for the PostgreSQL storages and threads"
+        " for FileStorage. RelStorage is history-free with its default local cache (50 MB)."
+        " The machine is shared with other test runs: differences under about 20% are noise.",
+        "",
+        "| storage | concurrency | " + " | ".join(OPERATIONS) + " |",
+        "|---|---:|" + "---:|" * len(OPERATIONS),
+    ]
+    for (kind, level), rates in rows.items():
+        lines.append(f"| {kind} | {level} | " + " | ".join(f"{rates[op]:,.0f}" for op in OPERATIONS) + " |")
+    lines += ["", "Pack (garbage collection of 10,000 unreachable objects among 20,000), seconds:", ""]
+    lines += ["| storage | pack s |", "|---|---:|"]
+    lines += [f"| {kind} | {seconds:.3f} |" for kind, seconds in packs.items()]
+    lines += ["", "![objects per second](storage.png)", ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    plot(path.with_suffix(".png"), rows, levels)
+    print(path.read_text())
+
+
+def plot(path: Path, rows, levels) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = sorted({kind for kind, _ in rows})
+    fig, axes = plt.subplots(1, len(levels), figsize=(6 * len(levels), 4), squeeze=False)
+    width = 0.8 / len(kinds)
+    for ax, level in zip(axes[0], levels, strict=True):
+        for k, kind in enumerate(kinds):
+            rates = rows[(kind, level)]
+            ax.bar([i + k * width for i in range(len(OPERATIONS))], [rates[op] for op in OPERATIONS], width, label=kind)
+        ax.set_xticks([i + width * (len(kinds) - 1) / 2 for i in range(len(OPERATIONS))], OPERATIONS)
+        ax.set_yscale("log")
+        ax.set_title(f"concurrency {level}")
+        ax.set_ylabel("objects/s")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+if __name__ == "__main__":
+    main()

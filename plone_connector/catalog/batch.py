@@ -1,0 +1,253 @@
+"""One batch of catalog changes per ZODB transaction, sent through a transaction data manager.
+
+The batch collects the entries the indexing queue produces. At ``tpc_vote`` it is staged in the
+service (a failure there fails the vote, so ZODB commits nothing and the user sees the error); at
+``tpc_finish``, after the ZODB storages have finished, it is committed; on abort it is discarded.
+Its id goes into ``transaction.extension["catalog_batch_ids"]`` as soon as the transaction has
+catalog changes, so a storage that records it lets the service resolve a batch a crash left staged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid as uuidlib
+
+import transaction as transaction_module
+from transaction.interfaces import ISavepointDataManager
+from zope.interface import implementer
+
+from catalog_schemas.api import Batch
+
+from .errors import CatalogServiceError
+
+logger = logging.getLogger("plone_connector.catalog")
+
+EXTENSION_KEY = "catalog_batch_ids"
+
+# Commits that failed after ZODB committed (service briefly down at tpc_finish): retried before the
+# next query of this process; the service's staged-batch resolution is the backstop.
+_unfinished: list[tuple[str, str]] = []
+_unfinished_lock = threading.Lock()
+
+
+class PendingBatch:
+    """The catalog changes of one transaction, keyed by catalog uid (the last change wins)."""
+
+    def __init__(self, catalog_id: str, version: int):
+        self.catalog_id = catalog_id
+        self.batch_id = uuidlib.uuid4().hex
+        self.version = version
+        self.entries: dict[str, dict] = {}
+        self.clear = False
+        # True once the service holds a staged copy; dirty when the copy is out of date.
+        self.staged = False
+        self.dirty = False
+
+    def __bool__(self) -> bool:
+        return bool(self.entries) or self.clear
+
+    def index(self, uid: str, path: str, values: dict, metadata: dict | None, idxs: list[str] | None):
+        previous = self.entries.get(uid)
+        if idxs is None or previous is None or previous["op"] != "index":
+            entry = {"op": "index", "uid": uid, "path": path, "values": values, "version": self.version}
+            entry["metadata"] = metadata if metadata is not None else {}
+            if idxs is not None:
+                entry["idxs"] = list(idxs)
+            self.entries[uid] = entry
+        else:
+            # Partial reindex on top of an earlier change in this transaction: merge into it.
+            previous["path"] = path
+            for name in idxs:
+                if name in values:
+                    previous["values"][name] = values[name]
+                else:
+                    previous["values"].pop(name, None)
+            if "idxs" in previous:
+                previous["idxs"] = sorted(set(previous["idxs"]) | set(idxs))
+            if metadata is not None:
+                previous["metadata"].update(metadata)
+        self.dirty = True
+
+    def unindex(self, uid: str):
+        self.entries[uid] = {"op": "unindex", "uid": uid, "version": self.version}
+        self.dirty = True
+
+    def clear_all(self):
+        self.entries.clear()
+        self.clear = True
+        self.dirty = True
+
+    def to_model(self) -> Batch:
+        return Batch.model_validate(
+            {"batch_id": self.batch_id, "entries": list(self.entries.values()), "clear": self.clear}
+        )
+
+    def snapshot(self):
+        return (
+            {uid: _copy_entry(e) for uid, e in self.entries.items()},
+            self.clear,
+        )
+
+    def restore(self, state):
+        entries, clear = state
+        self.entries = {uid: _copy_entry(e) for uid, e in entries.items()}
+        self.clear = clear
+        self.dirty = True
+
+
+def _copy_entry(entry: dict) -> dict:
+    copy = dict(entry)
+    if "values" in copy:
+        copy["values"] = dict(copy["values"])
+        copy["metadata"] = dict(copy["metadata"])
+    return copy
+
+
+@implementer(ISavepointDataManager)
+class BatchDataManager:
+    def __init__(self, client, batch: PendingBatch, txn):
+        self.client = client
+        self.batch = batch
+        self.transaction_manager = transaction_module.manager
+        self._txn = txn
+        # Index/column changes of this transaction ({"tool", "remove_indexes", "remove_metadata"}),
+        # sent before the batch so the service knows every index the entries use.
+        self.schema_update: dict | None = None
+        # Set when the tool has named this batch beside the catalog counter in ZODB: readers will
+        # wait for it, so it is staged and committed even if a savepoint rollback emptied it.
+        self.marked = False
+
+    # The ZODB connections finish first: a crash between their finish and ours leaves a staged
+    # batch whose transaction committed, which the service resolves; the reverse order could
+    # leave catalog entries for a transaction that never committed.
+    def sortKey(self):
+        return "\uffffplone_connector.catalog:" + self.batch.catalog_id
+
+    def stage(self):
+        """Send the batch as staged (again, replacing the staged copy) if it changed."""
+        if self.schema_update is not None:
+            pending, self.schema_update = self.schema_update, None
+            update = pending["tool"].schema_update(pending["remove_indexes"], pending["remove_metadata"])
+            self.client.update_schema(self.batch.catalog_id, update)
+        # An emptied batch is still sent when a staged copy must be replaced or the mark names it.
+        if self.batch.dirty and (self.batch or self.batch.staged or self.marked):
+            self.client.stage_batch(self.batch.catalog_id, self.batch.to_model())
+            self.batch.staged = True
+        self.batch.dirty = False
+
+    # -- ISavepointDataManager -------------------------------------------------------------
+
+    def savepoint(self):
+        return BatchSavepoint(self)
+
+    def abort(self, txn):
+        self._discard(txn)
+
+    def tpc_begin(self, txn):
+        pass
+
+    def commit(self, txn):
+        pass
+
+    def tpc_vote(self, txn):
+        try:
+            self.stage()
+        except CatalogServiceError as exc:
+            raise CatalogServiceError(
+                f"The catalog service did not accept this transaction's catalog changes, so nothing "
+                f"was saved: {exc}",
+                exc.status,
+                exc.detail,
+            ) from exc
+
+    def tpc_finish(self, txn):
+        batch = self.batch
+        _forget(txn, batch.catalog_id)
+        if not batch.staged:
+            return
+        # ZODB has committed: from here on the batch is never ours to abort (the transaction
+        # calls abort() on every resource again after its after-commit hooks ran).
+        batch.staged = False
+        try:
+            self.client.commit_batch(batch.catalog_id, batch.batch_id)
+        except CatalogServiceError:
+            # ZODB has committed; the batch must follow. Keep it for a later retry.
+            logger.exception("commit of catalog batch %s failed; will retry", batch.batch_id)
+            with _unfinished_lock:
+                _unfinished.append((batch.catalog_id, batch.batch_id))
+
+    def tpc_abort(self, txn):
+        self._discard(txn)
+
+    def _discard(self, txn):
+        batch = self.batch
+        _forget(txn, batch.catalog_id)
+        if batch.staged:
+            try:
+                self.client.abort_batch(batch.catalog_id, batch.batch_id)
+            except CatalogServiceError:
+                # A staged batch nobody commits is dropped by the service after its TTL.
+                logger.warning("abort of catalog batch %s failed; the service will expire it", batch.batch_id)
+        batch.staged = False
+        batch.entries.clear()
+        batch.clear = False
+
+
+class BatchSavepoint:
+    def __init__(self, manager: BatchDataManager):
+        self.manager = manager
+        self.state = manager.batch.snapshot()
+
+    def rollback(self):
+        self.manager.batch.restore(self.state)
+
+
+_keys: dict[str, object] = {}
+
+
+def _key(catalog_id: str) -> object:
+    return _keys.setdefault(catalog_id, object())
+
+
+def _forget(txn, catalog_id: str) -> None:
+    with contextlib.suppress(AttributeError, TypeError):
+        txn.set_data(_key(catalog_id), None)
+
+
+def current_manager(client, catalog_id: str, version_of, create: bool) -> BatchDataManager | None:
+    """The data manager of the current transaction for this catalog, joined on first use."""
+    txn = transaction_module.get()
+    key = _key(catalog_id)
+    try:
+        manager = txn.data(key)
+    except KeyError:
+        manager = None
+    if manager is not None or not create:
+        return manager
+    batch = PendingBatch(catalog_id, version_of())
+    manager = BatchDataManager(client, batch, txn)
+    txn.join(manager)
+    txn.set_data(key, manager)
+    txn.extension.setdefault(EXTENSION_KEY, []).append(batch.batch_id)
+    return manager
+
+
+def retry_unfinished(client) -> None:
+    """Commit batches whose commit failed after their ZODB transaction committed."""
+    if not _unfinished:
+        return
+    with _unfinished_lock:
+        pending = list(_unfinished)
+        _unfinished.clear()
+    for catalog_id, batch_id in pending:
+        try:
+            client.commit_batch(catalog_id, batch_id)
+        except CatalogServiceError as exc:
+            if exc.status is not None and 400 <= exc.status < 500:
+                logger.error("catalog batch %s could not be committed: %s", batch_id, exc)
+                continue
+            with _unfinished_lock:
+                _unfinished.append((catalog_id, batch_id))
+            raise

@@ -1,0 +1,217 @@
+"""The HTTP client of the catalog service: one keep-alive pool per process, timeouts, retries.
+
+Only idempotent calls are retried: queries, reads, staging (the same batch id replaces the staged
+batch), commit and abort (both idempotent by contract). Creating a catalog is not retried.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from catalog_schemas.api import (
+    Batch,
+    BatchResult,
+    CatalogCreate,
+    CatalogInfo,
+    SchemaUpdate,
+    SearchRequest,
+    SearchResult,
+)
+
+from . import stats
+from .errors import CatalogNotFound, CatalogServiceError, ServiceRejected, ServiceUnavailable
+from .settings import ConnectorSettings
+
+logger = logging.getLogger("plone_connector.catalog")
+
+_RETRY_STATUS = {502, 503, 504}
+
+
+class CatalogClient:
+    def __init__(self, settings: ConnectorSettings, transport: httpx.BaseTransport | None = None):
+        self.settings = settings
+        self.requests_sent = 0
+        self._http = httpx.Client(
+            base_url=settings.url,
+            timeout=httpx.Timeout(settings.timeout, connect=settings.connect_timeout),
+            limits=httpx.Limits(
+                max_connections=settings.pool_size, max_keepalive_connections=settings.pool_size
+            ),
+            headers={"Authorization": f"Bearer {settings.token}"} if settings.token else {},
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict | None = None,
+        headers: dict | None = None,
+        idempotent: bool = True,
+    ) -> Any:
+        content = None
+        send_headers = dict(headers or {})
+        if body is not None:
+            content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+            send_headers["Content-Type"] = "application/json"
+        attempts = max(1, self.settings.retries) if idempotent else 1
+        last_error: Exception | None = None
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(min(0.05 * 2**attempt, 1.0))
+            try:
+                self.requests_sent += 1
+                stats.request_sent()
+                response = self._http.request(
+                    method, path, content=content, params=params, headers=send_headers
+                )
+            except httpx.TransportError as exc:
+                last_error = exc
+                logger.warning("catalog service %s %s failed (%s), attempt %d", method, path, exc, attempt + 1)
+                continue
+            if response.status_code in _RETRY_STATUS:
+                last_error = _problem(response, method, path)
+                continue
+            if response.status_code >= 400:
+                raise _problem(response, method, path)
+            if response.status_code == 204 or not response.content:
+                return None
+            return response.json()
+        raise ServiceUnavailable(
+            f"The catalog service at {self.settings.url} is not reachable: {last_error}"
+        ) from last_error
+
+    @staticmethod
+    def _catalog_path(catalog_id: str, *rest: str) -> str:
+        return "/".join(["/catalogs", quote(catalog_id, safe=""), *(quote(r, safe="") for r in rest)])
+
+    # -- catalogs ---------------------------------------------------------------------------
+
+    def create_catalog(self, spec: CatalogCreate) -> dict:
+        return self._send("POST", "/catalogs", body=spec.model_dump(), idempotent=False)
+
+    def get_catalog(self, catalog_id: str) -> CatalogInfo:
+        return CatalogInfo.model_validate(self._send("GET", self._catalog_path(catalog_id)))
+
+    def update_schema(self, catalog_id: str, update: SchemaUpdate) -> CatalogInfo:
+        data = self._send("PATCH", self._catalog_path(catalog_id, "schema"), body=update.model_dump())
+        return CatalogInfo.model_validate(data)
+
+    def drop_catalog(self, catalog_id: str) -> None:
+        self._send("DELETE", self._catalog_path(catalog_id))
+
+    # -- batches ----------------------------------------------------------------------------
+
+    def stage_batch(self, catalog_id: str, batch: Batch) -> BatchResult:
+        data = self._send(
+            "POST",
+            self._catalog_path(catalog_id, "batches"),
+            body=batch.model_dump(exclude_none=True),
+            params={"stage": "true"},
+        )
+        return BatchResult.model_validate(data)
+
+    def apply_batch(self, catalog_id: str, batch: Batch) -> BatchResult:
+        """Apply and commit at once (repairs, tools outside a ZODB transaction)."""
+        data = self._send(
+            "POST", self._catalog_path(catalog_id, "batches"), body=batch.model_dump(exclude_none=True)
+        )
+        return BatchResult.model_validate(data)
+
+    def commit_batch(self, catalog_id: str, batch_id: str) -> BatchResult:
+        data = self._send("POST", self._catalog_path(catalog_id, "batches", batch_id, "commit"))
+        return BatchResult.model_validate(data)
+
+    def abort_batch(self, catalog_id: str, batch_id: str) -> None:
+        self._send("POST", self._catalog_path(catalog_id, "batches", batch_id, "abort"))
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def search(
+        self,
+        catalog_id: str,
+        request: SearchRequest,
+        principals: list[str] | None,
+        unrestricted: bool = False,
+    ) -> SearchResult:
+        headers = {}
+        if unrestricted:
+            headers["X-Catalog-Unrestricted"] = "1"
+        elif principals is not None:
+            headers["X-Catalog-Principals"] = json.dumps(principals)
+        data = self._send(
+            "POST",
+            self._catalog_path(catalog_id, "query"),
+            body=request.model_dump(exclude_none=True),
+            headers=headers,
+        )
+        return SearchResult.model_validate(data)
+
+    def unique_values(self, catalog_id: str, index: str) -> list:
+        data = self._send("GET", self._catalog_path(catalog_id, "unique", index))
+        return data["values"]
+
+    def verify(self, catalog_id: str, entries: list[dict]) -> dict[str, dict]:
+        """Per uid: whether the service holds it, and which indexes and metadata differ."""
+        data = self._send("POST", self._catalog_path(catalog_id, "verify"), body={"entries": entries})
+        return data["results"]
+
+    def get_object(self, catalog_id: str, uid: str) -> dict | None:
+        try:
+            return self._send("GET", self._catalog_path(catalog_id, "objects", uid))
+        except ServiceRejected as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+
+def _problem(response: httpx.Response, method: str, path: str) -> CatalogServiceError:
+    detail = None
+    try:
+        data = response.json()
+        detail = data.get("detail") or data.get("title")
+    except (ValueError, AttributeError):
+        detail = response.text[:500]
+    message = f"catalog service: {method} {path} answered {response.status_code}: {detail}"
+    if response.status_code >= 500:
+        return ServiceUnavailable(message, response.status_code, detail)
+    if response.status_code == 404 and path.count("/") == 2:
+        return CatalogNotFound(message, 404, detail)
+    return ServiceRejected(message, response.status_code, detail)
+
+
+_lock = threading.Lock()
+_client: CatalogClient | None = None
+
+
+def get_client() -> CatalogClient:
+    """The process-wide client (its pool is shared by all threads)."""
+    global _client
+    if _client is None:
+        with _lock:
+            if _client is None:
+                _client = CatalogClient(ConnectorSettings.from_environ())
+    return _client
+
+
+def reset_client(client: CatalogClient | None = None) -> None:
+    """Replace the process-wide client (tests; after the environment changed)."""
+    global _client
+    with _lock:
+        if _client is not None and _client is not client:
+            _client.close()
+        _client = client

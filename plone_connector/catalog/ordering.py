@@ -1,0 +1,132 @@
+"""Keep getObjPositionInParent right when siblings move.
+
+Plone's GopipIndex stores nothing: ZCatalog asks the container for positions when it sorts. The
+service sorts on stored positions, so when an add, removal, move or reorder shifts siblings, their
+positions must be sent again. Per transaction we remember each touched container's order as it was
+before the first change, and before the batch is sent we re-send the position of every child whose
+position differs from that (or of all children when a reorder came first and the old order is lost).
+"""
+
+from __future__ import annotations
+
+import transaction
+from Acquisition import aq_base
+from OFS.interfaces import IObjectWillBeMovedEvent
+from plone.folder.interfaces import IExplicitOrdering
+from Products.CMFCore.utils import getToolByName
+from zope.component import adapter
+from zope.container.interfaces import IContainerModifiedEvent
+from zope.lifecycleevent.interfaces import IObjectMovedEvent
+
+GOPIP = "getObjPositionInParent"
+_KEY = object()
+
+
+def _ordered_ids(container):
+    get_ordering = getattr(aq_base(container), "getOrdering", None)
+    if get_ordering is None:
+        return None
+    ordering = container.getOrdering()
+    if not IExplicitOrdering.providedBy(ordering):
+        return None
+    return list(ordering.idsInOrder())
+
+
+def _service_tool(container):
+    from .tool import ServiceCatalogTool
+
+    tool = getToolByName(container, "portal_catalog", None)
+    if tool is not None and isinstance(aq_base(tool), ServiceCatalogTool):
+        return tool
+    return None
+
+
+class _Touched:
+    """Containers touched in one transaction: path -> (container, ids before or None for 'all')."""
+
+    def __init__(self):
+        self.containers: dict[tuple, list] = {}
+        self.hooked = False
+
+
+def _touched() -> _Touched:
+    txn = transaction.get()
+    try:
+        state = txn.data(_KEY)
+    except KeyError:
+        state = None
+    if state is None:
+        state = _Touched()
+        txn.set_data(_KEY, state)
+    return state
+
+
+def _touch(container, before_ids):
+    if container is None or _service_tool(container) is None:
+        return
+    state = _touched()
+    key = container.getPhysicalPath()
+    if key not in state.containers:
+        state.containers[key] = [container, before_ids]
+    if not state.hooked:
+        transaction.get().addBeforeCommitHook(flush)
+        state.hooked = True
+
+
+@adapter(IObjectMovedEvent)
+def child_added(event):
+    # Added or moved in (the removal half of a move was seen by child_moving).
+    parent = event.newParent
+    if parent is None:
+        return
+    ids = _ordered_ids(parent)
+    if ids is None:
+        return
+    _touch(parent, [i for i in ids if i != event.newName])
+
+
+@adapter(IObjectWillBeMovedEvent)
+def child_moving(event):
+    parent = event.oldParent
+    if parent is None:
+        return
+    ids = _ordered_ids(parent)
+    if ids is None:
+        return
+    _touch(parent, ids)
+
+
+@adapter(IContainerModifiedEvent)
+def container_modified(event):
+    container = event.object
+    if _ordered_ids(container) is None:
+        return
+    # Untouched so far in this transaction: a reorder; the order before it is gone.
+    _touch(container, None)
+
+
+def flush(tool=None):
+    """Send the positions that changed; also called before a query inside the transaction."""
+    txn = transaction.get()
+    try:
+        state = txn.data(_KEY)
+    except KeyError:
+        return
+    if state is None or not state.containers:
+        return
+    containers, state.containers = state.containers, {}
+    for container, before in containers.values():
+        current = _ordered_ids(container)
+        if current is None:
+            continue
+        catalog = _service_tool(container)
+        if catalog is None or GOPIP not in catalog.indexes():
+            continue
+        old_positions = {} if before is None else {cid: i for i, cid in enumerate(before)}
+        for position, cid in enumerate(current):
+            if old_positions.get(cid) == position:
+                continue
+            child = container._getOb(cid, None)
+            if child is None or not hasattr(aq_base(child), "reindexObject"):
+                continue
+            catalog.catalog_object(child, "/".join(child.getPhysicalPath()), idxs=[GOPIP], update_metadata=0)

@@ -1,0 +1,35 @@
+"""Where the catalog service is and how to reach it: environment variables, read when first needed."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ConnectorSettings:
+    url: str
+    token: str
+    # Seconds; a page waits at most this long for one query before the error page is shown.
+    timeout: float = 10.0
+    connect_timeout: float = 2.0
+    # Attempts for idempotent calls (queries, stage, commit, abort) on connection errors and 5xx.
+    retries: int = 3
+    pool_size: int = 20
+    # Rows per page of a lazy result; slicing past it fetches the next page.
+    page_size: int = 100
+    cache_size: int = 2000
+
+    @classmethod
+    def from_environ(cls, environ=None) -> ConnectorSettings:
+        env = os.environ if environ is None else environ
+        return cls(
+            url=env.get("CATALOG_SERVICE_URL", "http://127.0.0.1:8080").rstrip("/"),
+            token=env.get("CATALOG_SERVICE_TOKEN", ""),
+            timeout=float(env.get("CATALOG_SERVICE_TIMEOUT", "10")),
+            connect_timeout=float(env.get("CATALOG_SERVICE_CONNECT_TIMEOUT", "2")),
+            retries=int(env.get("CATALOG_SERVICE_RETRIES", "3")),
+            pool_size=int(env.get("CATALOG_SERVICE_POOL_SIZE", "20")),
+            page_size=int(env.get("CATALOG_SERVICE_PAGE_SIZE", "100")),
+            cache_size=int(env.get("CATALOG_SERVICE_CACHE_SIZE", "2000")),
+        )

@@ -1,0 +1,132 @@
+"""Install: swap portal_catalog for the service tool; uninstall: swap back to a ZCatalog.
+
+The new tool takes over the old tool's ``_catalog`` (its index objects and metadata columns, emptied)
+and its lexicons, so it has exactly the indexes, with all their properties, that the old one had,
+including those other add-ons' catalog.xml added. (A catalog.xml round trip would not do: some
+index types, e.g. DateRecurringIndex, do not export what they need to be created again.)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from Acquisition import aq_base, aq_inner, aq_parent
+from Products.CMFPlone.CatalogTool import CatalogTool
+
+from catalog_schemas.api import CatalogCreate
+
+from .client import get_client
+from .errors import ServiceRejected
+from .schema import declarations
+from .tool import ServiceCatalogTool
+
+logger = logging.getLogger("plone_connector.catalog")
+
+TOOL_ID = "portal_catalog"
+SERVICE_TOOL_CLASS = "plone_connector.catalog.tool.ServiceCatalogTool"
+PLONE_TOOL_CLASS = "Products.CMFPlone.CatalogTool.CatalogTool"
+
+
+def _transfer(old, new) -> None:
+    """Move the definitions (indexes, columns, lexicons) from ``old`` to ``new``, without data."""
+    old = aq_base(old)
+    catalog = old._catalog
+    catalog.clear()
+    new._catalog = catalog
+    for object_id in list(old.objectIds()):
+        sub = aq_base(old._getOb(object_id))
+        old._delObject(object_id, suppress_events=True)
+        new._setObject(object_id, sub, suppress_events=True)
+
+
+def _value_types(catalog) -> dict[str, str]:
+    """Field/Keyword value types from the values a ZCatalog already holds (numbers sort as numbers)."""
+    from .schema import value_type_from_values
+
+    found = {}
+    for name in catalog.indexes():
+        index = catalog._catalog.getIndex(name)
+        if index.meta_type not in ("FieldIndex", "KeywordIndex"):
+            continue
+        forward = getattr(index, "_index", None)
+        if forward is None or not len(forward):
+            continue
+        found[name] = value_type_from_values([forward.minKey()])
+    return found
+
+
+def _swap(portal, new_tool):
+    old = aq_base(getattr(portal, TOOL_ID))
+    sm = portal.getSiteManager()
+    registrations = [r for r in sm.registeredUtilities() if aq_base(r.component) is old]
+    portal._delObject(TOOL_ID, suppress_events=True)
+    portal._setObject(TOOL_ID, new_tool, suppress_events=True)
+    for registration in registrations:
+        sm.registerUtility(new_tool, registration.provided, registration.name)
+    return getattr(portal, TOOL_ID)
+
+
+def _set_toolset(portal, dotted: str) -> None:
+    # Re-running Plone's toolset step replaces a tool whose class differs from the registry's.
+    setup = getattr(portal, "portal_setup", None)
+    if setup is not None:
+        registry = setup.getToolsetRegistry()
+        registry.addRequiredTool(TOOL_ID, dotted)
+
+
+def install_service_catalog(portal, catalog_id: str | None = None) -> ServiceCatalogTool:
+    current = getattr(portal, TOOL_ID)
+    if isinstance(aq_base(current), ServiceCatalogTool):
+        ensure_service_catalog(current)
+        return current
+    value_types = _value_types(current)
+    old = aq_base(current)
+    tool = ServiceCatalogTool()
+    tool.service_catalog_id = catalog_id or os.environ.get("CATALOG_SERVICE_CATALOG_ID") or portal.getId()
+    tool._service_value_types = value_types
+    tool = _swap(portal, tool)
+    _transfer(old, tool)
+    _set_toolset(portal, SERVICE_TOOL_CLASS)
+    ensure_service_catalog(tool, value_types)
+    # One batch (clear + every object) in this transaction: the site's catalog appears at commit.
+    tool.clearFindAndRebuild()
+    return tool
+
+
+def ensure_service_catalog(tool, value_types: dict | None = None) -> None:
+    client = get_client()
+    catalog_id = tool.catalog_id()
+    spec = CatalogCreate(
+        id=catalog_id,
+        title=aq_parent(aq_inner(tool)).Title() or catalog_id,
+        indexes=declarations(tool, value_types),
+        metadata=list(tool.schema()),
+    )
+    try:
+        client.create_catalog(spec)
+        logger.info("created catalog %s in the catalog service", catalog_id)
+    except ServiceRejected as exc:
+        if exc.status != 409:
+            raise
+        client.update_schema(catalog_id, tool.schema_update())
+
+
+def uninstall_service_catalog(portal) -> CatalogTool:
+    current = getattr(portal, TOOL_ID)
+    if not isinstance(aq_base(current), ServiceCatalogTool):
+        return current
+    old = aq_base(current)
+    tool = _swap(portal, CatalogTool())
+    _transfer(old, tool)
+    _set_toolset(portal, PLONE_TOOL_CLASS)
+    tool.clearFindAndRebuild()
+    return tool
+
+
+def install(context):
+    install_service_catalog(aq_parent(aq_inner(context)))
+
+
+def uninstall(context):
+    uninstall_service_catalog(aq_parent(aq_inner(context)))

@@ -1,0 +1,595 @@
+"""portal_catalog as a client of the catalog service.
+
+The tool keeps Plone's CatalogTool (and so ZCatalog) as its base for everything that describes the
+catalog: the index objects in ``_catalog.indexes`` (``Indexes[...]``, ``indexes()``, ``schema()``,
+meta types that plone.app.querystring and plone.restapi read), the lexicons and the ZMI. Those
+index objects hold no data: every method that would write or read index data is overridden here to
+go to the service, so a method left to the base class would silently see an empty catalog.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+import Missing
+from AccessControl.class_init import InitializeClass
+from AccessControl.Permissions import manage_zcatalog_entries as ManageZCatalogEntries
+from AccessControl.Permissions import manage_zcatalog_indexes as ManageZCatalogIndexes
+from AccessControl.Permissions import search_zcatalog as SearchZCatalog
+from AccessControl.SecurityInfo import ClassSecurityInfo
+from Acquisition import aq_base, aq_inner, aq_parent
+from DateTime import DateTime
+from plone.indexer.interfaces import IIndexableObject
+from Products.CMFCore.indexing import processQueue
+from Products.CMFCore.utils import _getAuthenticatedUser
+from Products.CMFPlone.CatalogTool import CatalogTool
+from Products.ZCatalog.ZCatalog import CatalogError, ZCatalog
+from zope.component import queryMultiAdapter
+from ZPublisher import zpublish
+
+from catalog_schemas.api import SchemaUpdate, SearchRequest
+
+from . import ordering, wire
+from .batch import current_manager, retry_unfinished
+from .brains import BrainRecord, CatalogBrain, LazyResults
+from .cache import query_cache
+from .client import get_client
+from .committed import CatalogBatchMark, batch_watch, until_complete
+from .errors import ServiceRejected
+from .extraction import NOT_INDEXED, index_value, metadata_value
+from .schema import KNOWN_VALUE_TYPES, TYPED_INDEXES, declarations, wire_value_type
+
+logger = logging.getLogger("plone_connector.catalog")
+
+# Query keys ZCatalog reads besides index names; anything else it ignores, and so do we.
+SORT_KEYS = ("sort_on", "sort_order")
+BATCH_KEYS = ("b_start", "b_size", "sort_limit")
+MAX_UID_LENGTH = 200
+
+
+def catalog_uid(path: str) -> str:
+    """The service's key for a catalog entry: its path, as ZCatalog's uid is (digested if long)."""
+    if len(path) <= MAX_UID_LENGTH:
+        return path
+    return "sha256:" + hashlib.sha256(path.encode("utf-8")).hexdigest()
+
+
+def wire_query_value(value):
+    if isinstance(value, (str, bool, int, float)) or value is None:
+        return value
+    if isinstance(value, DateTime):
+        return wire.iso_datetime(value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [wire_query_value(v) for v in value]
+    if isinstance(value, dict) or hasattr(value, "keys"):
+        keys = list(value.keys())  # ZPublisher records have keys() but no iteration
+        return {str(k): wire_query_value(value[k]) for k in keys}
+    date = wire.index_date(value)
+    if date is not None:
+        return date
+    return str(value)
+
+
+def minute(now: DateTime) -> DateTime:
+    """``now`` floored to the minute: effectiveRange compares minutes, and equal queries cache."""
+    return DateTime(int(now.timeTime()) // 60 * 60)
+
+
+class ServiceCatalogTool(CatalogTool):
+    """Plone's catalog tool, with its index data kept in the catalog service."""
+
+    security = ClassSecurityInfo()
+    service_catalog_id = None
+    # CatalogBatchMark: the batch(es) of the transaction that last bumped the counter.
+    _catalog_batches = None
+    # Field/Keyword index name -> value type declared in the service, once known (see schema.py).
+    _service_value_types = None
+
+    # -- where ------------------------------------------------------------------------------
+
+    def catalog_id(self) -> str:
+        if self.service_catalog_id:
+            return self.service_catalog_id
+        return aq_parent(aq_inner(self)).getId()
+
+    def _client(self):
+        return get_client()
+
+    def _snapshot_version(self) -> int:
+        """A version that orders this transaction's entries after every transaction it has seen."""
+        jar = self._p_jar
+        if jar is None:
+            return 0
+        # After a savepoint the connection's _storage is a TmpStore; the snapshot is the normal one's.
+        # (`is None`, not `or`: a storage may define __len__ and be falsy, as RelStorage's can.)
+        storage = getattr(jar, "_normal_storage", None)
+        if storage is None:
+            storage = jar._storage
+        start = getattr(storage, "_start", None)
+        if start:
+            return int.from_bytes(start, "big") - 1
+        last = storage.lastTransaction()
+        return int.from_bytes(last, "big") if last else 0
+
+    def _manager(self, create: bool):
+        return current_manager(self._client(), self.catalog_id(), self._snapshot_version, create)
+
+    def _changing(self):
+        """The transaction's batch manager; bumps the counter and marks the batch beside it."""
+        manager = self._manager(create=True)
+        self._increment_counter()
+        mark = self._catalog_batches
+        if mark is None:
+            mark = self._catalog_batches = CatalogBatchMark()
+        mark.record(manager.batch.batch_id)
+        # The mark names this batch now, so it must reach the service even if it ends up empty.
+        manager.marked = True
+        return manager
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _extract(self, wrapper, idxs=None, update_metadata=1) -> tuple[dict, dict | None]:
+        """Index values and metadata of an (indexable) object, in wire form."""
+        catalog = self._catalog
+        names = list(idxs) if idxs else list(catalog.indexes.keys())
+        values = {}
+        for name in names:
+            value = index_value(catalog.getIndex(name), wrapper)
+            if value is not NOT_INDEXED:
+                values[name] = value
+        metadata = None
+        if update_metadata or not idxs:
+            metadata = {name: wire.encode_metadata(metadata_value(wrapper, name)) for name in catalog.names}
+        return values, metadata
+
+    @security.protected(ManageZCatalogEntries)
+    def catalog_object(self, object, uid=None, idxs=None, update_metadata=1, pghandler=None):
+        if idxs is None:
+            idxs = []
+        wrapper = object
+        if not IIndexableObject.providedBy(object):
+            adapted = queryMultiAdapter((object, self), IIndexableObject)
+            if adapted is not None:
+                wrapper = adapted
+        if uid is None:
+            try:
+                uid = "/".join(object.getPhysicalPath())
+            except AttributeError:
+                raise CatalogError(
+                    "A cataloged object must support the 'getPhysicalPath' method if no unique id is provided"
+                ) from None
+        if not isinstance(uid, str):
+            raise CatalogError("The object unique id must be a string.")
+        # Extract first: an indexer error must not leave the counter marked for a batch without entries.
+        values, metadata = self._extract(wrapper, idxs, update_metadata)
+        self._settle_value_types(values)
+        manager = self._changing()
+        manager.batch.index(catalog_uid(uid), uid, values, metadata, list(idxs) if idxs else None)
+
+    @security.protected(ManageZCatalogEntries)
+    def uncatalog_object(self, uid):
+        self._changing().batch.unindex(catalog_uid(uid))
+
+    @security.protected(ManageZCatalogEntries)
+    def manage_catalogClear(self, REQUEST=None, RESPONSE=None, URL1=None):
+        """Remove every entry (in this transaction's batch, so a failed rebuild clears nothing)."""
+        self._changing().batch.clear_all()
+        if REQUEST and RESPONSE:
+            RESPONSE.redirect(URL1 + "/manage_catalogAdvanced?manage_tabs_message=Catalog%20Cleared")
+
+    # -- schema -----------------------------------------------------------------------------
+
+    @security.protected(ManageZCatalogIndexes)
+    def addIndex(self, name, type, extra=None):
+        ZCatalog.addIndex(self, name, type, extra)
+        self._schema_changed()
+
+    @security.protected(ManageZCatalogIndexes)
+    def delIndex(self, name):
+        ZCatalog.delIndex(self, name)
+        if name in (self._service_value_types or {}):
+            # An index added again under this name is typed afresh.
+            self._service_value_types = {k: v for k, v in self._service_value_types.items() if k != name}
+        self._schema_changed(removed_index=name)
+
+    @security.protected(ManageZCatalogIndexes)
+    def addColumn(self, name, default_value=None):
+        result = ZCatalog.addColumn(self, name, default_value)
+        self._schema_changed()
+        return result
+
+    @security.protected(ManageZCatalogIndexes)
+    def delColumn(self, name):
+        result = ZCatalog.delColumn(self, name)
+        self._schema_changed(removed_column=name)
+        return result
+
+    def _schema_changed(self, removed_index=None, removed_column=None):
+        # Sent when the transaction votes: GenericSetup sets an index's properties after adding it.
+        manager = self._manager(create=True)
+        pending = manager.schema_update
+        if pending is None:
+            pending = manager.schema_update = {"tool": self, "remove_indexes": set(), "remove_metadata": set()}
+        if removed_index:
+            pending["remove_indexes"].add(removed_index)
+        if removed_column:
+            pending["remove_metadata"].add(removed_column)
+
+    def _settle_value_types(self, values: dict) -> None:
+        """Type a Field/Keyword index by the first value it is given (a new index is declared text).
+
+        ZCatalog compares an index's values as the Python objects they are; the service needs to be
+        told whether they are numbers, booleans or dates. A retyped declaration replaces the index in
+        the service (dropping its values), so an index the service already holds values for keeps
+        its type; a value of another type then fails the vote, as mixing types fails in ZCatalog.
+        """
+        settled = self._service_value_types or {}
+        for name, value in values.items():
+            if name in settled or name in KNOWN_VALUE_TYPES:
+                continue
+            if self._catalog.getIndex(name).meta_type not in TYPED_INDEXES:
+                continue
+            value_type = wire_value_type(value)
+            if value_type is None:
+                continue
+            if value_type != "text" and self._service_holds_values(name):
+                value_type = "text"
+            settled = {**settled, name: value_type}
+            # A new dict (not a mutation), so ZODB stores the change with this transaction.
+            self._service_value_types = settled
+            if value_type != "text":
+                self._schema_changed()
+
+    def _service_holds_values(self, name: str) -> bool:
+        try:
+            return bool(self._client().unique_values(self.catalog_id(), name))
+        except ServiceRejected as exc:
+            if exc.status == 404:  # not declared in the service yet (the addIndex is pending)
+                return False
+            raise
+
+    def schema_update(self, remove_indexes=(), remove_metadata=()) -> SchemaUpdate:
+        return SchemaUpdate(
+            indexes=declarations(self),
+            metadata=list(self.schema()),
+            remove_indexes=[n for n in remove_indexes if n not in self.indexes()],
+            remove_metadata=[n for n in remove_metadata if n not in self.schema()],
+        )
+
+    @security.protected(ManageZCatalogEntries)
+    def reindexIndex(self, name, REQUEST, pghandler=None):
+        idxs = (name,) if isinstance(name, str) else tuple(name)
+        for path in self._all_paths():
+            obj = self.unrestrictedTraverse(path, None)
+            if obj is None:
+                logger.error("reindexIndex could not resolve an object from the uid %r.", path)
+                continue
+            self.catalog_object(obj, path, idxs=idxs, update_metadata=0)
+
+    @security.protected(ManageZCatalogEntries)
+    def refreshCatalog(self, clear=0, pghandler=None):
+        paths = self._all_paths()
+        if clear:
+            self.manage_catalogClear()
+        for path in paths:
+            obj = self.unrestrictedTraverse(path, None)
+            if obj is not None:
+                self.catalog_object(obj, path)
+
+    def _all_brains(self):
+        """Every entry of this site (an empty query matches nothing in the service)."""
+        site_path = "/".join(aq_parent(aq_inner(self)).getPhysicalPath())
+        return self.unrestrictedSearchResults(path=site_path)
+
+    def _all_paths(self) -> list[str]:
+        return [brain.getPath() for brain in self._all_brains()]
+
+    # -- searching --------------------------------------------------------------------------
+
+    def _wire_query(self, query: dict) -> tuple[dict, int, int | None]:
+        """ZCatalog's query as the service reads it, and ZCatalog's batch (b_start, b_size)."""
+        indexes = self._catalog.indexes
+        wire_query = {}
+        for key, value in query.items():
+            if key in SORT_KEYS or (key in indexes and key != "allowedRolesAndUsers"):
+                wire_query[key] = wire_query_value(value)
+        # Catalog._sort_limit_arguments: b_size, else sort_limit, bounds the sequence.
+        b_start = int(query.get("b_start", 0) or 0)
+        b_size = query.get("b_size")
+        if b_size is not None:
+            b_size = int(b_size)
+        elif query.get("sort_limit"):
+            b_size = int(query["sort_limit"])
+        return wire_query, b_start, b_size
+
+    def _service_search(self, query: dict, principals, show_inactive: bool) -> LazyResults:
+        client = self._client()
+        retry_unfinished(client)
+        catalog_id = self.catalog_id()
+        batch_ids = []
+        ordering.flush()
+        manager = self._manager(create=False)
+        if manager is not None and manager.batch:
+            # Our own pending changes must be visible to us (and only to us): stage them.
+            manager.stage()
+            if manager.batch.staged:
+                batch_ids = [manager.batch.batch_id]
+        wire_query, b_start, b_size = self._wire_query(query)
+        page_size = client.settings.page_size
+        if b_size is not None:
+            page_size = max(1, min(page_size, b_size))
+        principal_key = None if principals is None else tuple(principals)
+        query_text = json.dumps(wire_query, sort_keys=True, default=str)
+        counter, marked = self._counter_state()
+        if batch_ids:
+            counter = None
+        schema = {name: i for i, name in enumerate(self._catalog.names)}
+        unrestricted = principals is None
+
+        def fetch(start: int, size: int):
+            key = None
+            if counter is not None:
+                key = (catalog_id, counter, principal_key, show_inactive, query_text, start, size)
+                cached = query_cache.get(key)
+                if cached is not None:
+                    return cached
+
+            def send(after_batch):
+                request = SearchRequest(
+                    query=wire_query,
+                    metadata="*",
+                    b_start=start,
+                    b_size=size,
+                    batch_ids=batch_ids,
+                    show_inactive=show_inactive,
+                    after_batch=after_batch,
+                )
+                return client.search(catalog_id, request, principals, unrestricted=unrestricted)
+
+            complete = self._await_marked(client, catalog_id, batch_watch.pending(marked)[:-1])
+            pending = batch_watch.pending(marked)
+            if pending:
+                result = until_complete(send, pending[-1], catalog_id)
+                complete = complete and result.complete
+            else:
+                result = send(None)
+            page = (result.items_total, [_record(item) for item in result.items])
+            if key is not None and complete:
+                query_cache.put(key, page)
+            return page
+
+        total, first = fetch(b_start, page_size)
+        length = max(0, total - b_start) if b_size is None else max(0, min(b_size, total - b_start))
+        tool = self
+
+        def wrap(record):
+            return CatalogBrain(record, schema).__of__(tool)
+
+        def fetch_page(start, size):
+            return fetch(b_start + start, size)[1]
+
+        # Pages of the lazy sequence are aligned to page_size from the batch start.
+        return LazyResults(wrap, fetch_page, first[:length], 0, length, total, page_size)
+
+    def _counter_value(self) -> int:
+        counter = self._counter
+        return counter() if counter is not None else 0
+
+    def _counter_state(self) -> tuple[int, tuple[str, ...]]:
+        """The counter and the batches it stands for, both as this transaction's snapshot has them."""
+        mark = self._catalog_batches
+        return self._counter_value(), (mark.ids if mark is not None else ())
+
+    def _await_marked(self, client, catalog_id: str, batch_ids) -> bool:
+        """Wait (briefly) for marked batches besides the one the query itself names.
+
+        More than one is marked only after concurrent transactions' marks were merged: rare, so a
+        small probe query per extra batch is fine.
+        """
+        if not batch_ids:
+            return True
+        site_path = "/".join(aq_parent(aq_inner(self)).getPhysicalPath())
+
+        def probe(after_batch):
+            request = SearchRequest(
+                query={"path": {"query": site_path, "depth": 0}}, metadata=[], b_size=1,
+                show_inactive=True, after_batch=after_batch,
+            )
+            return client.search(catalog_id, request, None, unrestricted=True)
+
+        return all([until_complete(probe, batch_id, catalog_id).complete for batch_id in batch_ids])
+
+    @security.protected(SearchZCatalog)
+    def searchResults(self, query=None, **kw):
+        # Products.CMFPlone.CatalogTool.searchResults, with the principals sent to the service
+        # instead of an allowedRolesAndUsers query term.
+        processQueue()
+        kw = kw.copy()
+        show_inactive = kw.get("show_inactive", None)
+        if show_inactive is None and isinstance(query, dict):
+            show_inactive = query.get("show_inactive", None)
+        if show_inactive is None:
+            show_inactive = self.allow_inactive(kw)
+        user = _getAuthenticatedUser(self)
+        principals = self._listAllowedRolesAndUsers(user)
+        if not show_inactive:
+            kw["effectiveRange"] = minute(DateTime())
+        sort_on = kw.get("sort_on") or []
+        if isinstance(sort_on, str):
+            sort_on = [sort_on]
+        valid_indexes = self.indexes()
+        try:
+            sort_on = [idx for idx in sort_on if idx in valid_indexes]
+        except TypeError:
+            sort_on = []
+        if not sort_on:
+            kw.pop("sort_on", None)
+        else:
+            kw["sort_on"] = sort_on
+        merged = _merge_query(query, kw)
+        # effectiveRange (when due) is already in the query, so the service must not add its own.
+        return self._service_search(merged, principals, show_inactive=True)
+
+    @zpublish(False)
+    def __call__(self, *args, **kwargs):
+        return self.searchResults(*args, **kwargs)
+
+    @security.private
+    def unrestrictedSearchResults(self, REQUEST=None, **kw):
+        processQueue()
+        return self._service_search(_merge_query(REQUEST, kw), None, show_inactive=True)
+
+    @security.private
+    def _unrestrictedSearchResults(self, REQUEST=None, **kw):
+        query = _merge_query(REQUEST, kw)
+        if self._is_new_unmentioned_subtree(query):
+            return LazyResults(None, None, [], 0, 0, 0, 1)
+        return self._service_search(query, None, show_inactive=True)
+
+    def _is_new_unmentioned_subtree(self, query: dict) -> bool:
+        """Whether ``query`` asks only for the subtree of an object created in this transaction
+        that none of the transaction's catalog changes mention: then nothing can match.
+
+        CMFCatalogAware.reindexObjectSecurity asks exactly that for every object it creates (its
+        workflow's initial state); answering here saves a round trip per new object. Committed
+        catalog entries at or under the path would need a committed object there, and a new
+        object has none; the transaction's own entries are checked.
+        """
+        path = query.get("path")
+        if len(query) != 1 or not isinstance(path, str) or not path.startswith("/"):
+            return False
+        obj = self.unrestrictedTraverse(path, None)
+        if obj is None:
+            return False
+        base = aq_base(obj)
+        oid = getattr(base, "_p_oid", None)
+        if oid is not None:
+            jar = getattr(base, "_p_jar", None)
+            if jar is None or (oid not in getattr(jar, "_added", {}) and oid not in getattr(jar, "_creating", {})):
+                return False
+        manager = self._manager(create=False)
+        if manager is None:
+            return True
+        prefix = path + "/"
+        for entry in manager.batch.entries.values():
+            entry_path = entry.get("path") or entry["uid"]
+            if entry_path.startswith("sha256:") or entry_path == path or entry_path.startswith(prefix):
+                return False
+        return True
+
+    def search(self, query, sort_index=None, reverse=0, limit=None, merge=1):
+        if not merge:
+            raise NotImplementedError("search(merge=0) returns ZCatalog internals the service does not have")
+        query = dict(query)
+        if sort_index is not None:
+            query["sort_on"] = sort_index
+            if reverse:
+                query["sort_order"] = "reverse"
+        if limit:
+            query["sort_limit"] = limit
+        processQueue()
+        user = _getAuthenticatedUser(self)
+        principals = self._listAllowedRolesAndUsers(user)
+        if not self.allow_inactive(query):
+            query["effectiveRange"] = minute(DateTime())
+        return self._service_search(query, principals, show_inactive=True)
+
+    # -- reading single entries -------------------------------------------------------------
+
+    @security.protected(SearchZCatalog)
+    def uniqueValuesFor(self, name):
+        if name not in self._catalog.indexes:
+            raise CatalogError(f"Unknown index {name}")
+        processQueue()
+        return tuple(self._client().unique_values(self.catalog_id(), name))
+
+    def _brain_for_path(self, path):
+        results = self.unrestrictedSearchResults(path={"query": path, "depth": 0})
+        for brain in results:
+            if brain.getPath() == path:
+                return brain
+        return None
+
+    @security.protected(SearchZCatalog)
+    def getpath(self, rid):
+        for brain in self._all_brains():
+            if brain.getRID() == rid:
+                return brain.getPath()
+        raise KeyError(rid)
+
+    @security.protected(SearchZCatalog)
+    def getrid(self, path, default=None):
+        brain = self._brain_for_path(path)
+        return default if brain is None else brain.getRID()
+
+    @security.protected(SearchZCatalog)
+    def getobject(self, rid, REQUEST=None):
+        return aq_parent(self).unrestrictedTraverse(self.getpath(rid))
+
+    @security.protected(SearchZCatalog)
+    def getIndexDataForUID(self, uid):
+        processQueue()
+        entry = self._client().get_object(self.catalog_id(), catalog_uid(uid))
+        if entry is None:
+            raise KeyError(uid)
+        return dict(entry.get("values", {}))
+
+    @security.protected(SearchZCatalog)
+    def getMetadataForUID(self, uid):
+        processQueue()
+        entry = self._client().get_object(self.catalog_id(), catalog_uid(uid))
+        if entry is None:
+            raise KeyError(uid)
+        metadata = {k: wire.decode_metadata(v) for k, v in entry.get("metadata", {}).items()}
+        return {name: metadata.get(name, Missing.Value) for name in self._catalog.names}
+
+    @security.protected(SearchZCatalog)
+    def getIndexDataForRID(self, rid):
+        return self.getIndexDataForUID(self.getpath(rid))
+
+    @security.protected(SearchZCatalog)
+    def getMetadataForRID(self, rid):
+        return self.getMetadataForUID(self.getpath(rid))
+
+    @security.protected(SearchZCatalog)
+    def getAllBrains(self):
+        yield from self._all_brains()
+
+    @security.protected(ManageZCatalogEntries)
+    def getServiceStats(self) -> dict:
+        """Query cache hit rate, service requests per page render (this process)."""
+        from .views import service_stats
+
+        return service_stats()
+
+    def __len__(self):
+        return self._client().get_catalog(self.catalog_id()).objects
+
+    def __bool__(self):
+        # Truth tests on the tool are common; they must not cost a round trip (or depend on size).
+        return True
+
+
+def _merge_query(query, kw) -> dict:
+    merged = {}
+    if query is not None and hasattr(query, "keys"):
+        if hasattr(query, "form"):
+            # A REQUEST passed as the query: ZCatalog reads its form.
+            query = query.form
+        keys = list(query.keys())
+        for key in keys:
+            merged[key] = query[key]
+    merged.update(kw)
+    return merged
+
+
+def _record(item: dict) -> BrainRecord:
+    metadata = item.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {k: v for k, v in item.items() if k not in ("uid", "path", "rid", "score")}
+    return BrainRecord(path=item["path"], rid=item["rid"], uid=item["uid"], score=item.get("score"), raw=metadata)
+
+
+InitializeClass(ServiceCatalogTool)

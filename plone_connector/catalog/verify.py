@@ -1,0 +1,118 @@
+"""Compare what ZODB holds with what the service's catalog holds; report drift, optionally repair.
+
+Run it as ``@@catalog-service-verify`` on the site (``?repair=1`` repairs), or with
+``bin/instance run`` and the script in ``scripts.py``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from Acquisition import aq_base
+from plone.base.utils import base_hasattr, safe_callable
+from plone.indexer.interfaces import IIndexableObject
+from Products.CMFCore.utils import getToolByName
+from zope.component import queryMultiAdapter
+
+from .tool import ServiceCatalogTool, catalog_uid
+
+
+@dataclass
+class DriftReport:
+    checked: int = 0
+    missing: list[str] = field(default_factory=list)  # in ZODB, not in the catalog
+    phantom: list[str] = field(default_factory=list)  # in the catalog, not in ZODB
+    stale: dict[str, list[str]] = field(default_factory=dict)  # path -> differing index/column names
+    # Entries whose index values the service would not return (only their metadata was compared).
+    values_unchecked: int = 0
+    repaired: bool = False
+
+    @property
+    def clean(self) -> bool:
+        return not (self.missing or self.phantom or self.stale)
+
+    def as_dict(self) -> dict:
+        return {
+            "checked": self.checked,
+            "clean": self.clean,
+            "missing": self.missing,
+            "phantom": self.phantom,
+            "stale": self.stale,
+            "values_unchecked": self.values_unchecked,
+            "repaired": self.repaired,
+        }
+
+
+def _catalogable(portal, tool):
+    found = {}
+
+    def visit(obj, path):
+        if obj != tool and base_hasattr(obj, "reindexObject") and safe_callable(obj.reindexObject):
+            found["/".join(obj.getPhysicalPath())] = obj
+
+    visit(portal, "")
+    portal.ZopeFindAndApply(portal, search_sub=True, apply_func=visit)
+    return found
+
+
+def _comparable(value):
+    """Index values in a form where the connector's and the service's spelling compare equal."""
+    if isinstance(value, list):
+        return sorted((_comparable(v) for v in value), key=repr)
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    if isinstance(value, str) and len(value) >= 16 and value[4:5] == "-" and value[10:11] == "T":
+        try:
+            parsed = dt.datetime.fromisoformat(value)
+        except ValueError:
+            return value
+        if parsed.tzinfo is None:
+            return ("naive", parsed.replace(second=0, microsecond=0).isoformat())
+        return int(parsed.timestamp() // 60)
+    return value
+
+
+VERIFY_CHUNK = 500
+
+
+def verify(portal, repair: bool = False) -> DriftReport:
+    """Compare every catalogable object with the service's catalog. The service converts the
+    values exactly as it does for indexing and compares them in its stored form."""
+    tool = getToolByName(portal, "portal_catalog")
+    if not isinstance(aq_base(tool), ServiceCatalogTool):
+        raise TypeError("portal_catalog is not the catalog service tool")
+    report = DriftReport()
+    objects = _catalogable(portal, tool)
+    catalogued = set(tool._all_paths())
+    client = tool._client()
+    entries = []
+    for path, obj in sorted(objects.items()):
+        report.checked += 1
+        if path not in catalogued:
+            report.missing.append(path)
+            continue
+        wrapper = obj
+        if not IIndexableObject.providedBy(obj):
+            wrapper = queryMultiAdapter((obj, tool), IIndexableObject) or obj
+        values, metadata = tool._extract(wrapper)
+        entries.append({"op": "index", "uid": catalog_uid(path), "path": path,
+                        "values": values, "metadata": metadata or {}})
+    uid_to_path = {catalog_uid(p): p for p in objects}
+    for start in range(0, len(entries), VERIFY_CHUNK):
+        results = client.verify(tool.catalog_id(), entries[start:start + VERIFY_CHUNK])
+        for uid, result in results.items():
+            path = uid_to_path[uid]
+            if result["missing"]:
+                report.missing.append(path)
+            elif result["indexes"] or result["metadata"]:
+                report.stale[path] = sorted(result["indexes"] + result["metadata"])
+    report.missing.sort()
+    report.phantom = sorted(catalogued - set(objects))
+    if repair and not report.clean:
+        for path in report.phantom:
+            tool.uncatalog_object(path)
+        for path in report.missing + list(report.stale):
+            tool.catalog_object(objects[path], path)
+        report.repaired = True
+    return report

@@ -1,0 +1,60 @@
+"""Browser views: the error page when the service is down, the cache report, and verify."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from Products.Five import BrowserView
+
+from .cache import query_cache
+from .verify import verify
+
+
+def service_stats() -> dict:
+    """The query cache, service requests and page-render counts of this process."""
+    from . import stats
+    from .client import get_client
+    from .committed import batch_watch
+
+    return {
+        "cache": query_cache.stats(),
+        "service_requests_sent": get_client().requests_sent,
+        "page_renders": stats.totals.as_dict(),
+        "incomplete_answers": batch_watch.incomplete_answers,
+        "waits_for_commits": batch_watch.waits,
+    }
+
+
+class ServiceUnavailableView(BrowserView):
+    """Shown instead of Plone's generic error page when the catalog service cannot be reached."""
+
+    def __call__(self):
+        self.request.response.setStatus(503)
+        self.request.response.setHeader("Retry-After", "30")
+        message = html.escape(str(self.context))
+        return (
+            "<!DOCTYPE html><html><head><title>Search is temporarily unavailable</title></head>"
+            "<body><h1>Search is temporarily unavailable</h1>"
+            "<p>This site could not reach its catalog service, so this page cannot be shown and "
+            "nothing was changed. Please try again in a moment.</p>"
+            f"<p><small>{message}</small></p></body></html>"
+        )
+
+
+class ServiceStatsView(BrowserView):
+    """``@@catalog-service-stats``: JSON of :func:`service_stats`."""
+
+    def __call__(self):
+        self.request.response.setHeader("Content-Type", "application/json")
+        return json.dumps(service_stats(), indent=2)
+
+
+class VerifyView(BrowserView):
+    """``@@catalog-service-verify`` (``?repair=1`` to fix what it finds)."""
+
+    def __call__(self):
+        repair = self.request.form.get("repair") in ("1", "true", "yes")
+        report = verify(self.context, repair=repair)
+        self.request.response.setHeader("Content-Type", "application/json")
+        return json.dumps(report.as_dict(), indent=2)

@@ -1,0 +1,473 @@
+"""Transcode ZODB records (pickles) to the JSON state format and back.
+
+The format is specified in schemas/catalog_schemas/state_format.md (version FORMAT_VERSION).
+``encode_record`` checks every result: it writes the record back from the JSON, unpickles
+both without importing application classes and compares the structures. When they differ,
+or the record holds something the format has no form for, the result carries the original
+bytes in ``exact``: the storage keeps them, so nothing is ever lost, only less readable.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import math
+import re
+import struct
+from dataclasses import dataclass
+
+from plone_connector.storage.jsonstate_pickle import FormatError, utc_from_micros, write_record
+from plone_connector.storage.jsonstate_tree import (
+    GlobalMeta,
+    Node,
+    Ref,
+    load_structure,
+    same_structure,
+)
+
+FORMAT_VERSION = 1
+
+# Integers beyond this are written as {"@int": "..."}: JSONB would keep them, but most JSON
+# clients (JavaScript numbers) would not.
+MAX_SAFE_INT = 2**53 - 1
+
+# Integral floats at or beyond this magnitude are written by repr() in exponent form, which
+# JSONB turns into an integer literal (1e16 reads back as 10000000000000000).
+_FLOAT_INTEGRAL_LIMIT = 1e16
+
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+
+_NAN_BITS = 0x7FF8000000000000
+_NEGATIVE_NAN_BITS = 0xFFF8000000000000
+
+
+def _float_bits(value: float) -> int:
+    return struct.unpack(">Q", struct.pack(">d", value))[0]
+
+
+# Reasons end up in logs and in the state column's marker: keep them short.
+_REASON_LIMIT = 300
+
+
+class TranscodeError(Exception):
+    """A record or a JSON state that cannot be transcoded at all (not even kept exact)."""
+
+
+@dataclass(frozen=True)
+class EncodedState:
+    class_name: str
+    state: object
+    refs: list[bytes]
+    exact: bytes | None
+    # Why ``exact`` is set (for metrics and logs); None when the JSON is exact.
+    reason: str | None = None
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def json_dumps(state) -> str:
+    """JSON text of a state that PostgreSQL's jsonb accepts as is.
+
+    The encoder never produces NaN, infinities or NUL characters, so plain ``json`` will do;
+    ``allow_nan=False`` makes a violation an error rather than bad data.
+    """
+    return json.dumps(state, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+# -- encoding -----------------------------------------------------------------------------
+
+
+def _str_pieces(text: str) -> list:
+    pieces: list = []
+    start = 0
+    for match in _BAD_CHARS.finditer(text):
+        if match.start() > start:
+            pieces.append(text[start : match.start()])
+        pieces.append(ord(match.group()))
+        start = match.end()
+    if start < len(text):
+        pieces.append(text[start:])
+    return pieces
+
+
+def _plain_str(text: str) -> bool:
+    if text.isascii():
+        return "\x00" not in text
+    return _BAD_CHARS.search(text) is None
+
+
+def _float_json(value: float):
+    if math.isfinite(value):
+        if value == 0.0:
+            return value if math.copysign(1.0, value) > 0 else {"@f": "-0.0"}
+        if value.is_integer() and abs(value) >= _FLOAT_INTEGRAL_LIMIT:
+            return {"@f": repr(value)}
+        return value
+    if math.isnan(value):
+        bits = _float_bits(value)
+        if bits == _NAN_BITS:
+            return {"@f": "nan"}
+        if bits == _NEGATIVE_NAN_BITS:
+            return {"@f": "-nan"}
+        return {"@f": f"0x{bits:016x}"}  # a NaN with a payload: its bit pattern
+    return {"@f": repr(value)}
+
+
+def _dotted(g: GlobalMeta) -> str:
+    return f"{g.module}.{g.name}"
+
+
+def _is_datetime_bytes(args, size: int, fold_byte: int) -> bool:
+    return (
+        1 <= len(args) <= 2
+        and type(args[0]) is bytes
+        and len(args[0]) == size
+        and not args[0][fold_byte] & 0x80
+    )
+
+
+class _Encoder:
+    """Tree -> JSON. Pass 1 finds mutable objects that occur twice; if any, pass 2 writes
+    the first occurrence as @shared and the others as @same."""
+
+    def __init__(self, shared: set[int] | None = None):
+        self.shared = shared or set()
+        self.seen: dict[int, object] = {}
+        self.duplicates: set[int] = set()
+        self.numbers: dict[int, int] = {}
+
+    def track(self, value) -> dict | None:
+        """Register a mutable object; return the JSON to use instead if it was seen."""
+        key = id(value)
+        if key in self.seen:
+            if self.shared:
+                return {"@same": self.numbers[key]}
+            self.duplicates.add(key)
+            return {"@same": -1}
+        self.seen[key] = value
+        return None
+
+    def wrap(self, value, body):
+        key = id(value)
+        if key in self.shared:
+            return {"@shared": {"id": self.numbers[key], "value": body}}
+        return body
+
+    def number(self, value) -> None:
+        key = id(value)
+        if key in self.shared:
+            self.numbers[key] = len(self.numbers) + 1
+
+    def enc(self, value):
+        kind = type(value)
+        if kind is str:
+            return value if _plain_str(value) else {"@s": _str_pieces(value)}
+        if kind is dict:
+            return self.enc_dict(value)
+        if kind is int:
+            if -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+                return value
+            try:
+                return {"@int": str(value)}
+            except ValueError as exc:  # beyond sys.get_int_max_str_digits()
+                raise _Unsupported("integer too long") from exc
+        if kind is list:
+            again = self.track(value)
+            if again is not None:
+                return again
+            self.number(value)
+            return self.wrap(value, [self.enc(item) for item in value])
+        if kind is tuple:
+            return {"@t": [self.enc(item) for item in value]}
+        if value is None or kind is bool:
+            return value
+        if kind is float:
+            return _float_json(value)
+        if kind is bytes:
+            return {"@b": base64.b64encode(value).decode("ascii")}
+        if kind is Node:
+            return self.enc_node(value)
+        if kind is Ref:
+            return self.enc_ref(value.pid)
+        if kind is GlobalMeta:
+            return {"@global": _dotted(value)}
+        raise _Unsupported(f"no JSON form for {kind.__name__}")
+
+    def enc_dict(self, value: dict):
+        again = self.track(value)
+        if again is not None:
+            return again
+        self.number(value)
+        plain = True
+        for key in value:
+            if type(key) is not str or not _plain_str(key):
+                plain = False
+                break
+        if plain and len(value) == 1 and next(iter(value))[:1] == "@":
+            plain = False  # would read as a tag: escape
+        if plain:
+            body = {key: self.enc(item) for key, item in value.items()}
+        else:
+            body = {"@dict": [[self.enc(key), self.enc(item)] for key, item in value.items()]}
+        return self.wrap(value, body)
+
+    def enc_ref(self, pid):
+        kind = type(pid)
+        if kind is bytes:
+            return {"@ref": pid.hex()}
+        if kind is tuple and len(pid) == 2 and type(pid[0]) is bytes and type(pid[1]) is GlobalMeta:
+            return {"@ref": [pid[0].hex(), _dotted(pid[1])]}
+        if kind is list and len(pid) == 2 and type(pid[1]) is tuple:
+            ref_type, args = pid
+            if ref_type == "w" and args and type(args[0]) is bytes:
+                if len(args) == 1:
+                    return {"@wref": args[0].hex()}
+                if len(args) == 2 and type(args[1]) is str:
+                    return {"@wref": [args[0].hex(), args[1]]}
+            if (
+                ref_type == "m"
+                and len(args) == 3
+                and type(args[0]) is str
+                and type(args[1]) is bytes
+                and type(args[2]) is GlobalMeta
+            ):
+                return {"@mref": [args[0], args[1].hex(), _dotted(args[2])]}
+            if ref_type == "n" and len(args) == 2 and type(args[0]) is str and type(args[1]) is bytes:
+                return {"@nref": [args[0], args[1].hex()]}
+        return {"@pid": self.enc(pid)}
+
+    def enc_node(self, node: Node):
+        func = node.func
+        if type(func) is GlobalMeta:
+            sugar = _SUGAR.get((node.kind, func.module, func.name))
+            if sugar is not None:
+                found = sugar(self, node)
+                if found is not None:
+                    return found
+        if not node.is_value():
+            again = self.track(node)
+            if again is not None:
+                return again
+            self.number(node)
+        if type(func) is GlobalMeta:
+            callable_json = _dotted(func)
+        elif node.kind == "newobj":
+            raise _Unsupported("NEWOBJ of a non-global class")
+        else:
+            callable_json = self.enc(func)
+        body = {"class" if node.kind == "newobj" else "func": callable_json}
+        if node.args:
+            body["args"] = [self.enc(arg) for arg in node.args]
+        order = [kind for kind, _ in node.ops]
+        if order != [kind for kind in ("items", "dictitems", "state") if kind in order]:
+            raise _Unsupported(f"operations in an order the format cannot keep: {order}")
+        for kind, payload in node.ops:
+            if kind == "items":
+                body["items"] = [self.enc(item) for item in payload]
+            elif kind == "dictitems":
+                body["dictitems"] = [[self.enc(key), self.enc(item)] for key, item in payload]
+            else:
+                body["state"] = self.enc(payload)
+        tag = "@obj" if node.kind == "newobj" else "@reduce"
+        return self.wrap(node, {tag: body})
+
+    # -- readable forms of common values; None means "use the generic form" -----------
+
+    def sugar_set(self, node: Node, tag: str):
+        args = node.args
+        if node.ops or len(args) != 1 or type(args[0]) is not list:
+            return None
+        items = args[0]
+        if id(items) in self.seen or id(items) in self.shared:
+            return None
+        self.seen[id(items)] = items
+        if tag == "@set":  # a set is mutable: it may be shared
+            again = self.track(node)
+            if again is not None:
+                return again
+            self.number(node)
+        return self.wrap(node, {tag: [self.enc(item) for item in items]})
+
+    def sugar_datetime(self, node: Node):
+        args = node.args
+        if node.ops or not _is_datetime_bytes(args, 10, 2):
+            return None
+        try:
+            text = datetime.datetime(args[0]).isoformat()
+        except (ValueError, TypeError):
+            return None
+        if len(args) == 1:
+            return {"@datetime": text}
+        return {"@datetime": [text, self.enc(args[1])]}
+
+    def sugar_date(self, node: Node):
+        args = node.args
+        if node.ops or len(args) != 1 or type(args[0]) is not bytes or len(args[0]) != 4:
+            return None
+        try:
+            return {"@date": datetime.date(args[0]).isoformat()}
+        except (ValueError, TypeError):
+            return None
+
+    def sugar_time(self, node: Node):
+        args = node.args
+        if node.ops or not _is_datetime_bytes(args, 6, 0):
+            return None
+        try:
+            text = datetime.time(args[0]).isoformat()
+        except (ValueError, TypeError):
+            return None
+        if len(args) == 1:
+            return {"@time": text}
+        return {"@time": [text, self.enc(args[1])]}
+
+    def sugar_timedelta(self, node: Node):
+        args = node.args
+        if node.ops or len(args) != 3 or not all(type(x) is int for x in args):
+            return None
+        if not all(-MAX_SAFE_INT <= x <= MAX_SAFE_INT for x in args):
+            return None
+        return {"@timedelta": list(args)}
+
+    def sugar_decimal(self, node: Node):
+        args = node.args
+        if node.ops or len(args) != 1 or type(args[0]) is not str or not _plain_str(args[0]):
+            return None
+        return {"@decimal": args[0]}
+
+    def sugar_zope_datetime(self, node: Node):
+        # DateTime pickles as NEWOBJ + BUILD (micros, timezone_naive, tz).
+        if node.args or len(node.ops) != 1 or node.ops[0][0] != "state":
+            return None
+        state = node.ops[0][1]
+        if type(state) is not tuple or len(state) != 3:
+            return None
+        micros, naive, tz = state
+        if type(micros) is not int or type(naive) is not bool:
+            return None
+        try:
+            utc = utc_from_micros(micros)
+        except OverflowError:
+            return None
+        return {"@DateTime": {"utc": utc, "tz": self.enc(tz), "naive": naive}}
+
+
+_SUGAR = {
+    ("reduce", "builtins", "set"): lambda e, n: e.sugar_set(n, "@set"),
+    ("reduce", "builtins", "frozenset"): lambda e, n: e.sugar_set(n, "@frozenset"),
+    ("reduce", "datetime", "datetime"): _Encoder.sugar_datetime,
+    ("reduce", "datetime", "date"): _Encoder.sugar_date,
+    ("reduce", "datetime", "time"): _Encoder.sugar_time,
+    ("reduce", "datetime", "timedelta"): _Encoder.sugar_timedelta,
+    ("reduce", "decimal", "Decimal"): _Encoder.sugar_decimal,
+    ("newobj", "DateTime.DateTime", "DateTime"): _Encoder.sugar_zope_datetime,
+}
+
+
+def _to_json(value):
+    encoder = _Encoder()
+    body = encoder.enc(value)
+    if encoder.duplicates:
+        body = _Encoder(encoder.duplicates).enc(value)
+    return body
+
+
+def _class_of(meta) -> tuple[str | None, object]:
+    """(dotted class name, None) for a plain class; (best name, metadata JSON) otherwise."""
+    if type(meta) is GlobalMeta:
+        return _dotted(meta), None
+    name = None
+    if type(meta) is tuple and len(meta) == 2:
+        first = meta[0]
+        if type(first) is GlobalMeta:
+            name = _dotted(first)
+        elif type(first) is tuple and len(first) == 2 and all(type(x) is str for x in first):
+            name = f"{first[0]}.{first[1]}"
+    return name, _to_json(meta)
+
+
+def _ordinary_refs(pids: list) -> list[bytes]:
+    """Oids of ordinary references, as ZODB.serialize.referencesf finds them (no weak or
+    cross-database references), without duplicates."""
+    refs: dict[bytes, None] = {}
+    for pid in pids:
+        if type(pid) is tuple:
+            oid = pid[0] if pid else None
+        elif type(pid) in (bytes, str):
+            oid = pid
+        else:
+            continue
+        if type(oid) is str:
+            oid = oid.encode("ascii")
+        if type(oid) is bytes:
+            refs[oid] = None
+    return list(refs)
+
+
+def _unreadable(data: bytes, reason: str) -> EncodedState:
+    # Our unpickler failed; ZODB's own tools must still find class and references, or
+    # the storage could neither load nor garbage-collect the record safely.
+    from ZODB.serialize import referencesf
+    from ZODB.utils import get_pickle_metadata
+
+    try:
+        refs = list(dict.fromkeys(referencesf(data)))
+        module, name = get_pickle_metadata(data)
+    except Exception as exc:
+        raise TranscodeError(f"not a readable ZODB record: {reason}") from exc
+    class_name = f"{module}.{name}"
+    return EncodedState(class_name, {"@exact": reason}, refs, data, reason)
+
+
+def encode_record(data: bytes) -> EncodedState:
+    """Encode a ZODB record; ``exact`` is set whenever the JSON would not load equal."""
+    data = bytes(data)
+    try:
+        meta, state, pids = load_structure(data)
+    except Exception as exc:  # any unpickling failure: keep the record as it is
+        return _unreadable(data, f"unreadable: {type(exc).__name__}: {exc}"[:_REASON_LIMIT])
+    refs = _ordinary_refs(pids)
+    try:
+        class_name, meta_json = _class_of(meta)
+        state_json = _to_json(state)
+    except (_Unsupported, RecursionError) as exc:
+        return _with_exact(data, f"unsupported: {exc}"[:_REASON_LIMIT], refs)
+    if meta_json is not None:
+        state_json = {"@record": {"class": meta_json, "state": state_json}}
+        if class_name is None:
+            class_name = _unreadable(data, "").class_name
+    try:
+        rebuilt = decode_record(class_name, state_json)
+        meta2, state2, _ = load_structure(rebuilt)
+        exact = same_structure(meta, meta2) and same_structure(state, state2)
+    except Exception:  # any failure of the check means "keep exact"
+        exact = False
+    if not exact:
+        return EncodedState(class_name, state_json, refs, data, "round trip differs")
+    return EncodedState(class_name, state_json, refs, None)
+
+
+def _with_exact(data: bytes, reason: str, refs: list[bytes]) -> EncodedState:
+    fallback = _unreadable(data, reason)
+    return EncodedState(fallback.class_name, {"@exact": reason}, refs, data, reason)
+
+
+def decode_record(class_name: str, state) -> bytes:
+    """Rebuild a record (class pickle + state pickle) that ZODB loads to an equal state."""
+    class_meta = class_name
+    if type(state) is dict and len(state) == 1:
+        key = next(iter(state))
+        if key == "@exact":
+            raise TranscodeError("the JSON state is only a marker; the record is in 'exact'")
+        if key == "@record":
+            body = state[key]
+            if type(body) is not dict or body.keys() != {"class", "state"}:
+                raise TranscodeError("@record takes {'class': ..., 'state': ...}")
+            class_meta, state = body["class"], body["state"]
+    try:
+        return write_record(class_meta, state)
+    except (FormatError, RecursionError, ValueError, TypeError, OverflowError) as exc:
+        raise TranscodeError(f"{type(exc).__name__}: {exc}"[:_REASON_LIMIT]) from exc

@@ -1,0 +1,651 @@
+"""Write a ZODB record (two protocol-3 pickles) from the JSON state format, opcode by opcode.
+
+No application class is imported: globals are written by name. The pickles are not byte
+for byte what ZODB's ObjectWriter writes (fewer memo entries), but they load to the same
+structure; the encoder checks exactly that for every record it accepts.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import struct
+
+_pack_double = struct.Struct(">d").pack
+_pack_i4 = struct.Struct("<i").pack
+_pack_u4 = struct.Struct("<I").pack
+
+PROTO3 = b"\x80\x03"
+STOP = b"."
+MARK = b"("
+NONE = b"N"
+NEWTRUE = b"\x88"
+NEWFALSE = b"\x89"
+EMPTY_LIST = b"]"
+EMPTY_DICT = b"}"
+EMPTY_TUPLE = b")"
+APPENDS = b"e"
+SETITEMS = b"u"
+TUPLE = b"t"
+TUPLES = (EMPTY_TUPLE, b"\x85", b"\x86", b"\x87")
+REDUCE = b"R"
+NEWOBJ = b"\x81"
+BUILD = b"b"
+BINPERSID = b"Q"
+
+_EPOCH = datetime.datetime(1970, 1, 1)
+_MICROSECOND = datetime.timedelta(microseconds=1)
+
+
+class FormatError(ValueError):
+    """The JSON is not a valid state of this format version."""
+
+
+def oid_from_hex(text) -> bytes:
+    if type(text) is not str:
+        raise FormatError(f"oid must be a hex string, not {text!r}")
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        raise FormatError(f"bad oid {text!r}") from None
+
+
+def split_global(dotted) -> tuple[str, str]:
+    if type(dotted) is not str:
+        raise FormatError(f"global name must be a string, not {dotted!r}")
+    module, sep, name = dotted.rpartition(".")
+    if not sep or not module or not name:
+        raise FormatError(f"global name {dotted!r} is not 'module.name'")
+    return module, name
+
+
+def micros_from_utc(text) -> int:
+    if type(text) is not str or not text.endswith("Z"):
+        raise FormatError(f"bad DateTime utc {text!r}")
+    try:
+        moment = datetime.datetime.fromisoformat(text[:-1])
+    except ValueError:
+        raise FormatError(f"bad DateTime utc {text!r}") from None
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def utc_from_micros(micros: int) -> str:
+    return (_EPOCH + datetime.timedelta(microseconds=micros)).isoformat(timespec="microseconds") + "Z"
+
+
+def _decode_str_pieces(pieces) -> str:
+    if type(pieces) is not list:
+        raise FormatError("@s takes a list")
+    parts = []
+    for piece in pieces:
+        if type(piece) is str:
+            parts.append(piece)
+        elif type(piece) is int and 0 <= piece <= 0x10FFFF:
+            parts.append(chr(piece))
+        else:
+            raise FormatError(f"bad @s piece {piece!r}")
+    return "".join(parts)
+
+
+def _pairs(value, tag: str) -> list:
+    if type(value) is not list or not all(type(p) is list and len(p) == 2 for p in value):
+        raise FormatError(f"{tag} takes a list of [key, value] pairs")
+    return value
+
+
+def _check_list(value, tag: str) -> list:
+    if type(value) is not list:
+        raise FormatError(f"{tag} takes a list")
+    return value
+
+
+class RecordWriter:
+    """Emits one record; the memo is shared by the class pickle and the state pickle."""
+
+    def __init__(self, state_root):
+        self.out: list[bytes] = []
+        self.memo_size = 0
+        self.global_memo: dict[tuple[str, str], int] = {}
+        self.root = state_root
+        self.shared_memo: dict[int, int] = {}  # @shared id -> memo index
+        self.shared_defs: dict[int, object] | None = None
+        self.in_progress: set[int] = set()
+
+    # -- low level ---------------------------------------------------------------------
+
+    def put(self) -> int:
+        index = self.memo_size
+        self.memo_size += 1
+        self.out.append(b"q" + bytes((index,)) if index < 256 else b"r" + _pack_u4(index))
+        return index
+
+    def get(self, index: int) -> None:
+        self.out.append(b"h" + bytes((index,)) if index < 256 else b"j" + _pack_u4(index))
+
+    def created(self, share: int | None) -> None:
+        """Called right after an object is created, before its contents (recursion)."""
+        if share is not None:
+            self.shared_memo[share] = self.put()
+
+    def write_global(self, module: str, name: str) -> None:
+        key = (module, name)
+        index = self.global_memo.get(key)
+        if index is not None:
+            self.get(index)
+            return
+        self.out.append(b"c" + module.encode("utf-8") + b"\n" + name.encode("utf-8") + b"\n")
+        self.global_memo[key] = self.put()
+
+    def write_dotted_global(self, dotted) -> None:
+        self.write_global(*split_global(dotted))
+
+    def write_str(self, text: str) -> None:
+        data = text.encode("utf-8", "surrogatepass")
+        self.out.append(b"X" + _pack_u4(len(data)) + data)
+
+    def write_bytes(self, data: bytes) -> None:
+        if len(data) < 256:
+            self.out.append(b"C" + bytes((len(data),)) + data)
+        else:
+            self.out.append(b"B" + _pack_u4(len(data)) + data)
+
+    def write_int(self, value: int) -> None:
+        if 0 <= value < 256:
+            self.out.append(b"K" + bytes((value,)))
+        elif 0 <= value < 65536:
+            self.out.append(b"M" + value.to_bytes(2, "little"))
+        elif -0x80000000 <= value <= 0x7FFFFFFF:
+            self.out.append(b"J" + _pack_i4(value))
+        else:
+            size = (value.bit_length() >> 3) + 1
+            data = value.to_bytes(size, "little", signed=True)
+            if size < 256:
+                self.out.append(b"\x8a" + bytes((size,)) + data)
+            else:
+                self.out.append(b"\x8b" + _pack_i4(size) + data)
+
+    def write_float(self, value: float) -> None:
+        self.out.append(b"G" + _pack_double(value))
+
+    def write_tuple(self, items: list) -> None:
+        if len(items) <= 3:
+            for item in items:
+                self.value(item)
+            self.out.append(TUPLES[len(items)])
+        else:
+            self.out.append(MARK)
+            for item in items:
+                self.value(item)
+            self.out.append(TUPLE)
+
+    def write_items(self, items: list) -> None:
+        if items:
+            self.out.append(MARK)
+            for item in items:
+                self.value(item)
+            self.out.append(APPENDS)
+
+    def write_dictitems(self, pairs: list) -> None:
+        if pairs:
+            self.out.append(MARK)
+            for key, value in pairs:
+                self.value(key)
+                self.value(value)
+            self.out.append(SETITEMS)
+
+    # -- values ------------------------------------------------------------------------
+
+    def value(self, value, share: int | None = None) -> None:
+        kind = type(value)
+        if kind is str:
+            self.write_str(value)
+        elif kind is dict:
+            if len(value) == 1:
+                key = next(iter(value))
+                if key[:1] == "@":
+                    handler = _TAGS.get(key)
+                    if handler is None:
+                        raise FormatError(f"unknown tag {key!r}")
+                    handler(self, value[key], share)
+                    return
+            append = self.out.append
+            append(EMPTY_DICT)
+            self.created(share)
+            if value:
+                append(MARK)
+                for key, item in value.items():
+                    if type(key) is not str:
+                        raise FormatError(f"object key {key!r} is not a string")
+                    data = key.encode("utf-8", "surrogatepass")
+                    append(b"X" + _pack_u4(len(data)) + data)
+                    if type(item) is str:  # the common case, inline
+                        data = item.encode("utf-8", "surrogatepass")
+                        append(b"X" + _pack_u4(len(data)) + data)
+                    else:
+                        self.value(item)
+                append(SETITEMS)
+            return
+        elif kind is int:
+            self.write_int(value)
+        elif kind is list:
+            self.out.append(EMPTY_LIST)
+            self.created(share)
+            self.write_items(value)
+            return
+        elif kind is float:
+            self.write_float(value)
+        elif value is None:
+            self.out.append(NONE)
+        elif kind is bool:
+            self.out.append(NEWTRUE if value else NEWFALSE)
+        else:
+            raise FormatError(f"not a JSON value: {value!r}")
+        if share is not None:
+            # A shared immutable value: memoize it so later uses are the same object.
+            self.shared_memo[share] = self.put()
+
+    def call(self, body, share: int | None, newobj: bool) -> None:
+        if type(body) is not dict:
+            raise FormatError("@reduce/@obj take an object")
+        unknown = body.keys() - {"func", "class", "args", "items", "dictitems", "state"}
+        if unknown:
+            raise FormatError(f"unknown fields {sorted(unknown)}")
+        callable_ = body.get("class" if newobj else "func")
+        if type(callable_) is str:
+            self.write_dotted_global(callable_)
+        elif newobj or callable_ is None:
+            raise FormatError("@obj needs 'class', @reduce needs 'func'")
+        else:
+            self.value(callable_)
+        self.write_tuple(_check_list(body.get("args", []), "args"))
+        self.out.append(NEWOBJ if newobj else REDUCE)
+        self.created(share)
+        if "items" in body:
+            self.write_items(_check_list(body["items"], "items"))
+        if "dictitems" in body:
+            self.write_dictitems(_pairs(body["dictitems"], "dictitems"))
+        if "state" in body:
+            self.value(body["state"])
+            self.out.append(BUILD)
+
+    def persistent_id(self, write_pid) -> None:
+        write_pid()
+        self.out.append(BINPERSID)
+
+    # -- shared objects ----------------------------------------------------------------
+
+    def find_shared(self, number: int):
+        if self.shared_defs is None:
+            self.shared_defs = {}
+            _collect_shared(self.root, self.shared_defs)
+        try:
+            return self.shared_defs[number]
+        except KeyError:
+            raise FormatError(f"@same {number} has no @shared definition") from None
+
+    def shared(self, body, share: int | None) -> None:
+        if type(body) is not dict or body.keys() != {"id", "value"} or type(body["id"]) is not int:
+            raise FormatError("@shared takes {'id': int, 'value': ...}")
+        number = body["id"]
+        index = self.shared_memo.get(number)
+        if index is not None:
+            # Already written where an earlier @same needed it.
+            self.get(index)
+            return
+        if number in self.in_progress:
+            raise FormatError(f"@shared {number} contains itself where pickle cannot")
+        self.in_progress.add(number)
+        self.value(body["value"], number)
+        self.in_progress.discard(number)
+
+    def same(self, number, share: int | None) -> None:
+        if type(number) is not int:
+            raise FormatError("@same takes an int")
+        index = self.shared_memo.get(number)
+        if index is None:
+            # JSONB may order keys so that a use comes before its definition: write the
+            # definition here; the definition site then becomes a memo get.
+            self.shared(self.find_shared(number), None)
+        else:
+            self.get(index)
+
+
+def _collect_shared(value, found: dict) -> None:
+    kind = type(value)
+    if kind is list:
+        for item in value:
+            _collect_shared(item, found)
+    elif kind is dict:
+        if len(value) == 1:
+            key = next(iter(value))
+            if key == "@shared":
+                body = value[key]
+                if type(body) is dict and type(body.get("id")) is int:
+                    found[body["id"]] = body
+                    _collect_shared(body.get("value"), found)
+                return
+            if key[:1] == "@":
+                _collect_shared(value[key], found)
+                return
+        for item in value.values():
+            _collect_shared(item, found)
+
+
+# -- tag handlers -------------------------------------------------------------------------
+
+
+def _tuple(w: RecordWriter, body, share) -> None:
+    w.write_tuple(_check_list(body, "@t"))
+    if share is not None:
+        w.shared_memo[share] = w.put()
+
+
+def _bytes(w: RecordWriter, body, share) -> None:
+    if type(body) is not str:
+        raise FormatError("@b takes a base64 string")
+    try:
+        w.write_bytes(base64.b64decode(body, validate=True))
+    except binascii.Error:
+        raise FormatError("bad base64 in @b") from None
+    if share is not None:
+        w.shared_memo[share] = w.put()
+
+
+def _str(w: RecordWriter, body, share) -> None:
+    w.value(_decode_str_pieces(body), share)
+
+
+def _int(w: RecordWriter, body, share) -> None:
+    if type(body) is not str:
+        raise FormatError("@int takes a decimal string")
+    try:
+        number = int(body)
+    except ValueError:
+        raise FormatError(f"bad @int {body!r}") from None
+    w.value(number, share)
+
+
+def _float(w: RecordWriter, body, share) -> None:
+    if type(body) is not str:
+        raise FormatError("@f takes a string")
+    try:
+        if body[:2] == "0x" and len(body) == 18:
+            number = struct.unpack(">d", bytes.fromhex(body[2:]))[0]
+        else:
+            number = float(body)
+    except ValueError:
+        raise FormatError(f"bad @f {body!r}") from None
+    w.value(number, share)
+
+
+def _dict(w: RecordWriter, body, share) -> None:
+    pairs = _pairs(body, "@dict")
+    w.out.append(EMPTY_DICT)
+    w.created(share)
+    w.write_dictitems(pairs)
+
+
+def _set(w: RecordWriter, body, share) -> None:
+    w.write_global("builtins", "set")
+    w.out.append(EMPTY_LIST)
+    w.write_items(_check_list(body, "@set"))
+    w.out.append(b"\x85" + REDUCE)
+    w.created(share)
+
+
+def _frozenset(w: RecordWriter, body, share) -> None:
+    w.write_global("builtins", "frozenset")
+    w.out.append(EMPTY_LIST)
+    w.write_items(_check_list(body, "@frozenset"))
+    w.out.append(b"\x85" + REDUCE)
+    w.created(share)
+
+
+def _global(w: RecordWriter, body, share) -> None:
+    w.write_dotted_global(body)
+    if share is not None:
+        w.shared_memo[share] = w.put()
+
+
+def _ref(w: RecordWriter, body, share) -> None:
+    if type(body) is str:
+        w.persistent_id(lambda: w.write_bytes(oid_from_hex(body)))
+    elif type(body) is list and len(body) == 2:
+        oid = oid_from_hex(body[0])
+
+        def pid():
+            w.write_bytes(oid)
+            w.write_dotted_global(body[1])
+            w.out.append(TUPLES[2])
+
+        w.persistent_id(pid)
+    else:
+        raise FormatError("@ref takes 'oid' or ['oid', 'module.Class']")
+    if share is not None:
+        w.shared_memo[share] = w.put()
+
+
+def _list_pid(w: RecordWriter, kind: str, write_args) -> None:
+    def pid():
+        w.out.append(EMPTY_LIST + MARK)
+        w.write_str(kind)
+        write_args()
+        w.out.append(APPENDS)
+
+    w.persistent_id(pid)
+
+
+def _wref(w: RecordWriter, body, share) -> None:
+    if type(body) is str:
+        oid = oid_from_hex(body)
+
+        def args():
+            w.write_bytes(oid)
+            w.out.append(TUPLES[1])
+
+    elif type(body) is list and len(body) == 2 and type(body[1]) is str:
+        oid = oid_from_hex(body[0])
+
+        def args():
+            w.write_bytes(oid)
+            w.write_str(body[1])
+            w.out.append(TUPLES[2])
+
+    else:
+        raise FormatError("@wref takes 'oid' or ['oid', 'database']")
+    _list_pid(w, "w", args)
+    if share is not None:
+        w.shared_memo[share] = w.put()
+
+
+def _mref(w: RecordWriter, body, share) -> None:
+    if not (type(body) is list and len(body) == 3 and type(body[0]) is str):
+        raise FormatError("@mref takes ['database', 'oid', 'module.Class']")
+    oid = oid_from_hex(body[1])
+
+    def args():
+        w.write_str(body[0])
+        w.write_bytes(oid)
+        w.write_dotted_global(body[2])
+        w.out.append(TUPLES[3])
+
+    _list_pid(w, "m", args)
+    if share is not None:
+        w.shared_memo[share] = w.put()
+
+
+def _nref(w: RecordWriter, body, share) -> None:
+    if not (type(body) is list and len(body) == 2 and type(body[0]) is str):
+        raise FormatError("@nref takes ['database', 'oid']")
+    oid = oid_from_hex(body[1])
+
+    def args():
+        w.write_str(body[0])
+        w.write_bytes(oid)
+        w.out.append(TUPLES[2])
+
+    _list_pid(w, "n", args)
+    if share is not None:
+        w.shared_memo[share] = w.put()
+
+
+def _pid(w: RecordWriter, body, share) -> None:
+    w.persistent_id(lambda: w.value(body))
+    if share is not None:
+        w.shared_memo[share] = w.put()
+
+
+def _reduce(w: RecordWriter, body, share) -> None:
+    w.call(body, share, newobj=False)
+
+
+def _obj(w: RecordWriter, body, share) -> None:
+    w.call(body, share, newobj=True)
+
+
+def _with_tz(body, tag: str) -> tuple[str, list]:
+    if type(body) is str:
+        return body, []
+    if type(body) is list and len(body) == 2 and type(body[0]) is str:
+        return body[0], [body[1]]
+    raise FormatError(f"{tag} takes 'iso' or ['iso', tzinfo]")
+
+
+def _pickled_bytes(value) -> bytes:
+    return value.__reduce__()[1][0]
+
+
+def _datetime(w: RecordWriter, body, share) -> None:
+    text, tz = _with_tz(body, "@datetime")
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise FormatError(f"bad @datetime {text!r}") from None
+    if moment.tzinfo is not None:
+        raise FormatError("@datetime text must be naive; the tzinfo is the second item")
+    w.write_global("datetime", "datetime")
+    w.write_bytes(_pickled_bytes(moment))
+    for item in tz:
+        w.value(item)
+    w.out.append(TUPLES[1 + len(tz)] + REDUCE)
+    w.created(share)
+
+
+def _date(w: RecordWriter, body, share) -> None:
+    try:
+        day = datetime.date.fromisoformat(body) if type(body) is str else None
+    except ValueError:
+        day = None
+    if day is None:
+        raise FormatError(f"bad @date {body!r}")
+    w.write_global("datetime", "date")
+    w.write_bytes(_pickled_bytes(day))
+    w.out.append(TUPLES[1] + REDUCE)
+    w.created(share)
+
+
+def _time(w: RecordWriter, body, share) -> None:
+    text, tz = _with_tz(body, "@time")
+    try:
+        moment = datetime.time.fromisoformat(text)
+    except ValueError:
+        raise FormatError(f"bad @time {text!r}") from None
+    if moment.tzinfo is not None:
+        raise FormatError("@time text must be naive; the tzinfo is the second item")
+    w.write_global("datetime", "time")
+    w.write_bytes(_pickled_bytes(moment))
+    for item in tz:
+        w.value(item)
+    w.out.append(TUPLES[1 + len(tz)] + REDUCE)
+    w.created(share)
+
+
+def _timedelta(w: RecordWriter, body, share) -> None:
+    if not (type(body) is list and len(body) == 3 and all(type(x) is int for x in body)):
+        raise FormatError("@timedelta takes [days, seconds, microseconds]")
+    w.write_global("datetime", "timedelta")
+    w.write_tuple(body)
+    w.out.append(REDUCE)
+    w.created(share)
+
+
+def _decimal(w: RecordWriter, body, share) -> None:
+    if type(body) is not str:
+        raise FormatError("@decimal takes a string")
+    w.write_global("decimal", "Decimal")
+    w.write_str(body)
+    w.out.append(TUPLES[1] + REDUCE)
+    w.created(share)
+
+
+def _zope_datetime(w: RecordWriter, body, share) -> None:
+    if not (type(body) is dict and body.keys() == {"utc", "tz", "naive"} and type(body["naive"]) is bool):
+        raise FormatError("@DateTime takes {'utc': ..., 'tz': ..., 'naive': bool}")
+    w.write_global("DateTime.DateTime", "DateTime")
+    w.out.append(EMPTY_TUPLE + NEWOBJ)
+    w.created(share)
+    w.write_int(micros_from_utc(body["utc"]))
+    w.out.append(NEWTRUE if body["naive"] else NEWFALSE)
+    w.value(body["tz"])
+    w.out.append(TUPLES[3] + BUILD)
+
+
+def _shared(w: RecordWriter, body, share) -> None:
+    w.shared(body, share)
+
+
+def _same(w: RecordWriter, body, share) -> None:
+    w.same(body, share)
+
+
+def _misplaced(w: RecordWriter, body, share) -> None:
+    raise FormatError("@record and @exact are only valid as the whole state")
+
+
+_TAGS = {
+    "@t": _tuple,
+    "@b": _bytes,
+    "@s": _str,
+    "@int": _int,
+    "@f": _float,
+    "@dict": _dict,
+    "@set": _set,
+    "@frozenset": _frozenset,
+    "@global": _global,
+    "@ref": _ref,
+    "@wref": _wref,
+    "@mref": _mref,
+    "@nref": _nref,
+    "@pid": _pid,
+    "@reduce": _reduce,
+    "@obj": _obj,
+    "@datetime": _datetime,
+    "@date": _date,
+    "@time": _time,
+    "@timedelta": _timedelta,
+    "@decimal": _decimal,
+    "@DateTime": _zope_datetime,
+    "@shared": _shared,
+    "@same": _same,
+    "@record": _misplaced,
+    "@exact": _misplaced,
+}
+
+
+def write_record(class_meta, state) -> bytes:
+    """Return the record bytes for a class (dotted name or class-metadata JSON) and state.
+
+    ``class_meta`` is a "module.Class" string for the usual plain-class metadata, or the
+    JSON of any other class metadata (``@record``).
+    """
+    writer = RecordWriter(state)
+    writer.out.append(PROTO3)
+    if type(class_meta) is str:
+        writer.write_dotted_global(class_meta)
+    else:
+        writer.value(class_meta)
+    writer.out.append(STOP + PROTO3)
+    writer.value(state)
+    writer.out.append(STOP)
+    return b"".join(writer.out)

@@ -1,0 +1,283 @@
+"""A ZODB record unpickled into a neutral structure, without importing application classes.
+
+The C unpickler (zodbpickle's, the one ZODB reads with) does the parsing. Globals become
+``Global`` placeholder types, calls (REDUCE, NEWOBJ) become ``Node`` objects that record
+their callable, arguments and the later BUILD/APPENDS/SETITEMS operations, persistent ids
+become ``Ref`` objects. Everything else stays the plain Python value the pickle holds.
+
+The transcoder encodes this structure to JSON, and checks its own output by comparing the
+structure of the rebuilt record with the original one (``same_structure``).
+"""
+
+from __future__ import annotations
+
+import io
+import pickletools
+import struct
+
+from zodbpickle.pickle import Unpickler
+
+# Names whose call results are values: unpickling two of them instead of one shared object
+# gives an equal state, so sharing them need not be kept.
+VALUE_GLOBALS = frozenset(
+    {
+        ("builtins", "frozenset"),
+        ("__builtin__", "frozenset"),
+        ("datetime", "datetime"),
+        ("datetime", "date"),
+        ("datetime", "time"),
+        ("datetime", "timedelta"),
+        ("datetime", "timezone"),
+        ("decimal", "Decimal"),
+        ("DateTime.DateTime", "DateTime"),
+        ("pytz", "_p"),
+        ("pytz", "_UTC"),
+        ("zope.interface.declarations", "Provides"),
+        ("zope.interface.declarations", "implementedBy"),
+    }
+)
+
+# Distinct globals seen in a process are few (classes and functions of the application);
+# the cap only guards against a hostile stream of made-up names.
+_GLOBAL_CACHE_LIMIT = 100_000
+
+
+class GlobalMeta(type):
+    """Metaclass of the placeholder types standing for pickled globals."""
+
+    module: str
+    name: str
+
+    def __call__(cls, *args, **kwargs):
+        # REDUCE with a global callable: record the call instead of making it.
+        if kwargs:
+            raise TypeError("keyword arguments in REDUCE")
+        return Node("reduce", cls, args)
+
+    def __repr__(cls):
+        return f"<global {cls.module} {cls.name}>"
+
+
+class _GlobalBase(metaclass=GlobalMeta):
+    __slots__ = ()
+    module = ""
+    name = ""
+
+    def __new__(cls, *args, **kwargs):
+        # NEWOBJ: the C unpickler calls tp_new directly.
+        if kwargs:
+            raise TypeError("keyword arguments in NEWOBJ")
+        return Node("newobj", cls, args)
+
+
+_globals: dict[tuple[str, str], GlobalMeta] = {}
+
+
+def global_ref(module: str, name: str) -> GlobalMeta:
+    key = (module, name)
+    found = _globals.get(key)
+    if found is None:
+        found = GlobalMeta("Global", (_GlobalBase,), {"__slots__": (), "module": module, "name": name})
+        if len(_globals) < _GLOBAL_CACHE_LIMIT:
+            _globals[key] = found
+    return found
+
+
+class Node:
+    """A call in the pickle: ``kind`` is "reduce" (REDUCE) or "newobj" (NEWOBJ).
+
+    ``ops`` lists what the pickle did to the result afterwards, in order, merged when
+    consecutive: ("items", [..]) for APPEND(S), ("dictitems", [(k, v), ..]) for
+    SETITEM(S), ("state", value) for BUILD.
+    """
+
+    __slots__ = ("kind", "func", "args", "ops")
+
+    def __init__(self, kind: str, func, args: tuple):
+        self.kind = kind
+        self.func = func
+        self.args = args
+        self.ops: list = []
+
+    def __setstate__(self, state):
+        self.ops.append(("state", state))
+
+    def append(self, item):
+        ops = self.ops
+        if ops and ops[-1][0] == "items":
+            ops[-1][1].append(item)
+        else:
+            ops.append(("items", [item]))
+
+    def __setitem__(self, key, value):
+        ops = self.ops
+        if ops and ops[-1][0] == "dictitems":
+            ops[-1][1].append((key, value))
+        else:
+            ops.append(("dictitems", [(key, value)]))
+
+    def __call__(self, *args):
+        return Node("reduce", self, args)
+
+    def is_value(self) -> bool:
+        func = self.func
+        return type(func) is GlobalMeta and (func.module, func.name) in VALUE_GLOBALS
+
+    def __repr__(self):
+        return f"<{self.kind} {self.func!r} {self.args!r} {self.ops!r}>"
+
+
+class Ref:
+    """A persistent reference; ``pid`` is the persistent id as the pickle holds it."""
+
+    __slots__ = ("pid",)
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def __call__(self, *args):
+        return Node("reduce", self, args)
+
+    def __repr__(self):
+        return f"<ref {self.pid!r}>"
+
+
+class _StructureUnpickler(Unpickler):
+    def find_class(self, module, name):
+        return global_ref(module, name)
+
+    def persistent_load(self, pid):
+        self.pids.append(pid)
+        return Ref(pid)
+
+
+def load_structure(record: bytes) -> tuple[object, object, list]:
+    """Return (class metadata, state, persistent ids in stream order) of a ZODB record.
+
+    One unpickler reads both pickles, as ZODB does: the state may refer to memo entries
+    of the class pickle.
+    """
+    stream = io.BytesIO(record)
+    unpickler = _StructureUnpickler(stream)
+    unpickler.pids = []
+    meta = unpickler.load()
+    state_start = stream.tell()
+    if record[:2] != PROTO3 or record[state_start : state_start + 2] != PROTO3:
+        _refuse_legacy_instances(record)
+    state = unpickler.load()
+    return meta, state, unpickler.pids
+
+
+PROTO3 = b"\x80\x03"
+
+
+class LegacyInstanceError(ValueError):
+    """INST/OBJ opcodes: how they build an object depends on the real class."""
+
+
+def _refuse_legacy_instances(record: bytes) -> None:
+    # Python 2 pickled classic-class instances with INST/OBJ. With no arguments these call
+    # cls.__new__(cls) or cls() depending on the class (__getinitargs__, being a type), which
+    # placeholders cannot know. Python 3 never writes them, so only pre-protocol-3 pickles
+    # are scanned (slowly, in Python).
+    stream = io.BytesIO(record)
+    for _ in range(2):
+        for opcode, _arg, _pos in pickletools.genops(stream):
+            if opcode.name in ("INST", "OBJ"):
+                raise LegacyInstanceError(f"legacy {opcode.name} opcode")
+
+
+_pack_double = struct.Struct(">d").pack
+
+
+def same_structure(a, b, *, ordered: bool = True) -> bool:
+    """Do two unpickled structures load to equal states?
+
+    Stricter than ``==``: types must match (1, 1.0 and True differ), floats compare by bit
+    pattern (NaN equals the same NaN, -0.0 differs from 0.0), and mutable objects shared (or
+    recursive) in one must be shared the same way in the other. Dict items compare in order
+    unless ``ordered`` is false; then string-keyed dicts compare as mappings (JSONB's view).
+    """
+    return _Comparison(ordered).same(a, b)
+
+
+class _Comparison:
+    def __init__(self, ordered: bool):
+        self.ordered = ordered
+        self.pairs: dict[int, object] = {}
+        self.back: dict[int, object] = {}
+
+    def same(self, a, b) -> bool:
+        ta = type(a)
+        if ta is not type(b):
+            return False
+        if ta is str or ta is int or ta is bytes or ta is bool or a is None:
+            return a == b
+        if ta is float:
+            return _pack_double(a) == _pack_double(b)
+        if ta is tuple:
+            return len(a) == len(b) and self.same_items(a, b)
+        if ta is GlobalMeta:
+            return a.module == b.module and a.name == b.name
+        if ta is Ref:
+            return self.same(a.pid, b.pid)
+        if ta is list or ta is dict or (ta is Node and not a.is_value()):
+            # Identity must correspond one to one; this also ends recursion.
+            seen = self.pairs.get(id(a))
+            if seen is not None:
+                return seen is b
+            if id(b) in self.back:
+                return False
+            self.pairs[id(a)] = b
+            self.back[id(b)] = a
+        if ta is list:
+            return len(a) == len(b) and self.same_items(a, b)
+        if ta is dict:
+            return len(a) == len(b) and self.same_dicts(a, b)
+        if ta is Node:
+            if a.kind != b.kind or len(a.ops) != len(b.ops):
+                return False
+            if not (self.same(a.func, b.func) and self.same(a.args, b.args)):
+                return False
+            for (ka, va), (kb, vb) in zip(a.ops, b.ops, strict=True):
+                if ka != kb or not self.same(_op_value(ka, va), _op_value(kb, vb)):
+                    return False
+            return True
+        # Anything else (sets, bytearrays of newer protocols) is not part of the format.
+        return False
+
+    def same_items(self, a, b) -> bool:
+        same = self.same
+        for x, y in zip(a, b, strict=True):
+            tx = type(x)
+            if tx is str or tx is int:  # the common case, without a call
+                if type(y) is not tx or x != y:
+                    return False
+            elif not same(x, y):
+                return False
+        return True
+
+    def same_dicts(self, a: dict, b: dict) -> bool:
+        same = self.same
+        if not self.ordered and all(type(k) is str for k in a):
+            if a.keys() != b.keys():
+                return False
+            return all(same(a[k], b[k]) for k in a)
+        for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True):
+            if type(ka) is str:
+                if type(kb) is not str or ka != kb:
+                    return False
+            elif not same(ka, kb):
+                return False
+            tv = type(va)
+            if tv is str or tv is int:
+                if type(vb) is not tv or va != vb:
+                    return False
+            elif not same(va, vb):
+                return False
+        return True
+
+
+def _op_value(kind: str, value):
+    # items and dictitems lists are the structure's own, never shared: compare as tuples.
+    return value if kind == "state" else tuple(value)

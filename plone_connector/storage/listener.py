@@ -1,0 +1,74 @@
+"""LISTEN/NOTIFY: learn of commits by other processes without polling the database.
+
+Every commit sends ``NOTIFY zodb_commit, '<tid>'`` inside its transaction, so the notification
+is delivered only if the commit happened. One listener thread per storage (per process) keeps
+the highest tid it has heard of and calls subscribers (``JsonbStorage.on_commit``), so caches
+outside ZODB (e.g. the catalog connector's) learn of other processes' commits within
+milliseconds. ZODB Connections do not depend on it: they poll at every transaction boundary
+(see docs/decisions/storage-mvcc.md), which is the fallback that is always correct.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import psycopg
+
+CHANNEL = "zodb_commit"
+
+log = logging.getLogger(__name__)
+
+
+class InvalidationListener:
+    def __init__(self, dsn: str, retry_seconds: float = 1.0):
+        self._dsn = dsn
+        self._retry_seconds = retry_seconds
+        self._stopping = threading.Event()
+        self._guard = threading.Lock()
+        self.last_tid = 0
+        # Incremented on every (re)connection: notifications between two epochs may be lost.
+        self.epoch = 0
+        self.connected = False
+        self._subscribers: list = []
+        self._thread = threading.Thread(target=self._run, name="zodb-jsonb-listener", daemon=True)
+        self._thread.start()
+
+    def trusted_epoch(self) -> int | None:
+        """The current epoch if notifications are flowing, else None."""
+        with self._guard:
+            return self.epoch if self.connected else None
+
+    def subscribe(self, callback) -> None:
+        with self._guard:
+            self._subscribers.append(callback)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                with psycopg.connect(self._dsn, autocommit=True) as conn:
+                    conn.execute(f"listen {CHANNEL}")
+                    with self._guard:
+                        self.epoch += 1
+                        self.connected = True
+                    while not self._stopping.is_set():
+                        for notify in conn.notifies(timeout=0.1):
+                            tid = int(notify.payload)
+                            with self._guard:
+                                self.last_tid = max(self.last_tid, tid)
+                                subscribers = list(self._subscribers)
+                            for callback in subscribers:
+                                try:
+                                    callback(tid)
+                                except Exception:
+                                    log.exception("commit subscriber %r failed", callback)
+            except psycopg.Error as error:
+                log.warning("invalidation listener lost its connection, polling meanwhile: %s", error)
+            finally:
+                with self._guard:
+                    self.connected = False
+            self._stopping.wait(self._retry_seconds)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=5)

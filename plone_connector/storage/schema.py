@@ -1,0 +1,135 @@
+"""The storage's tables, created and migrated by the storage itself.
+
+Migrations are numbered and applied in order; ``zodb_schema_version`` records the applied ones.
+A transaction-level advisory lock serialises migration, so two processes opening the same
+database at once never apply a step twice. All names carry the ``zodb_`` prefix so the storage
+can share a database with the catalog service (which owns ``catalog_*``), except
+``catalog_txn_outcome``, whose name and columns are a contract with the catalog service.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+# Arbitrary but fixed: the advisory lock key of this storage's migrations ("zodb" in ASCII).
+MIGRATION_LOCK = 0x7A6F6462
+
+# ZODB's TimeStamp packs (minutes since 1900-01-01, seconds * 2**32 / 60) into 8 bytes. Computing
+# it in SQL lets the committing transaction take its tid from the database clock under the commit
+# lock, so tids increase across processes whatever their local clocks say.
+_NOW_TID = """
+create or replace function zodb_now_tid() returns bigint language sql volatile as $$
+    select ((((((extract(year from t)::bigint - 1900) * 12 + extract(month from t)::bigint - 1) * 31
+              + extract(day from t)::bigint - 1) * 24 + extract(hour from t)::bigint) * 60
+              + extract(minute from t)::bigint) << 32)
+           | floor(extract(second from t) * 4294967296 / 60)::bigint
+    from (select clock_timestamp() at time zone 'UTC' as t) as now
+$$
+"""
+
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        "history-free object state, tid counter, blobs, catalog outcome",
+        [
+            # One row: the last committed tid. Updating it is the commit lock (a row lock held from
+            # tpc_vote to tpc_finish); gc_tid is the counter value when pack last deleted objects.
+            """create table zodb_commit (
+                   singleton boolean primary key default true check (singleton),
+                   tid bigint not null,
+                   gc_tid bigint not null default 0,
+                   history_preserving boolean not null)""",
+            """create table zodb_object_state (
+                   zoid bigint primary key,
+                   tid bigint not null,
+                   class_name text not null,
+                   state jsonb,
+                   refs bigint[] not null default '{}',
+                   exact bytea,
+                   blob_id bigint)""",
+            "create index zodb_object_state_tid on zodb_object_state (tid)",
+            "create sequence zodb_oid_seq minvalue 1",
+            "create sequence zodb_blob_seq minvalue 1",
+            """create table zodb_blob_chunk (
+                   blob_id bigint not null,
+                   chunk_num integer not null,
+                   chunk bytea not null,
+                   primary key (blob_id, chunk_num))""",
+            _NOW_TID,
+            """create table if not exists catalog_txn_outcome (
+                   batch_id text primary key,
+                   tid bigint,
+                   recorded timestamptz default now())""",
+        ],
+    ),
+    (
+        2,
+        "history-preserving revisions and transaction metadata",
+        [
+            # Empty in history-free mode. In history-preserving mode every revision is here
+            # (the current one too; zodb_object_state stays the current view for fast loads).
+            """create table zodb_transaction (
+                   tid bigint primary key,
+                   packed boolean not null default false,
+                   username bytea not null default '',
+                   description bytea not null default '',
+                   extension bytea not null default '')""",
+            """create table zodb_object_history (
+                   zoid bigint not null,
+                   tid bigint not null,
+                   class_name text not null,
+                   state jsonb,
+                   refs bigint[] not null default '{}',
+                   exact bytea,
+                   blob_id bigint,
+                   deleted boolean not null default false,
+                   -- undo: the revision whose state this one restores (iterator's data_txn)
+                   data_tid bigint,
+                   primary key (zoid, tid))""",
+            "create index zodb_object_history_tid on zodb_object_history (tid)",
+        ],
+    ),
+]
+
+LATEST = MIGRATIONS[-1][0]
+
+
+class SchemaError(Exception):
+    """The database holds a storage schema this code cannot use."""
+
+
+def migrate(conn: psycopg.Connection, history_preserving: bool) -> int:
+    """Bring the schema to the latest version; return the version. Safe to run concurrently."""
+    with conn.transaction():
+        conn.execute("select pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        conn.execute(
+            """create table if not exists zodb_schema_version (
+                   version integer primary key,
+                   description text not null,
+                   applied timestamptz not null default now())"""
+        )
+        applied = {row[0] for row in conn.execute("select version from zodb_schema_version")}
+        for version, description, statements in MIGRATIONS:
+            if version in applied:
+                continue
+            for statement in statements:
+                conn.execute(statement)
+            if version == 1:
+                conn.execute(
+                    "insert into zodb_commit (tid, history_preserving) values (0, %s)",
+                    (history_preserving,),
+                )
+            conn.execute(
+                "insert into zodb_schema_version (version, description) values (%s, %s)",
+                (version, description),
+            )
+        newest = max(applied | {v for v, _, _ in MIGRATIONS})
+        if newest > LATEST:
+            raise SchemaError(f"database schema version {newest} is newer than this code ({LATEST})")
+        (stored_mode,) = conn.execute("select history_preserving from zodb_commit").fetchone()
+        if stored_mode != history_preserving:
+            raise SchemaError(
+                f"database was created with history_preserving={stored_mode}, "
+                f"opened with history_preserving={history_preserving}"
+            )
+    return LATEST

@@ -1,0 +1,1374 @@
+"""JsonbStorage: a ZODB storage keeping object state as JSONB rows in PostgreSQL.
+
+The storage is an ``IMVCCStorage`` (see docs/decisions/storage-mvcc.md): every ZODB Connection
+gets its own instance (``new_instance``) with two PostgreSQL connections:
+
+- the *load* connection holds one REPEATABLE READ transaction per ZODB transaction, so all loads
+  see one consistent snapshot; ``poll_invalidations`` renews it and lists the oids changed since
+  the previous poll, in a single round trip;
+- the *store* connection runs the two-phase commit: rows are streamed into a temporary table
+  during ``store``, the touched rows are locked and compared at ``tpc_vote`` (conflicts resolved
+  with ZODB's ``tryToResolveConflict``), then the commit lock (the single row of ``zodb_commit``)
+  is taken, the tid is computed from the database clock, rows are copied in, and ``tpc_finish``
+  commits. The commit lock is held only from the end of ``tpc_vote`` to ``tpc_finish``.
+
+All instances of a process share a record cache (cache.py) kept exact by the polls. In
+history-preserving mode every revision also goes to ``zodb_object_history`` (undo, history,
+pack by time); ``zodb_object_state`` stays the current view in both modes. See docs/storage.md
+and docs/decisions/storage-*.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import shutil
+import struct
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import psycopg
+import ZODB.blob
+import ZODB.interfaces
+import ZODB.POSException
+import zodbpickle.pickle
+from persistent.TimeStamp import TimeStamp
+from psycopg import pq
+from transaction.interfaces import TransientError
+from ZODB.BaseStorage import DataRecord, TransactionRecord
+from ZODB.ConflictResolution import ConflictResolvingStorage
+from ZODB.utils import p64, u64, z64
+from zope.interface import implementer
+
+from plone_connector.storage import jsonstate
+from plone_connector.storage.cache import StateCache
+from plone_connector.storage.listener import CHANNEL, InvalidationListener
+from plone_connector.storage.schema import migrate
+
+log = logging.getLogger(__name__)
+
+BLOB_CHUNK_SIZE = 1 << 20
+# Rows buffered in memory before they are streamed to the temporary table.
+STORE_BATCH_ROWS = 500
+# Recently written or loaded pickles, by (oid, tid): conflict resolution needs the state a
+# transaction started from, which a history-free table no longer has once it was overwritten.
+RECENT_STATES = 1000
+
+_TEMP_TABLE = """
+create temporary table if not exists zodb_temp_store (
+    zoid bigint primary key,
+    prev_tid bigint not null,
+    class_name text not null,
+    state jsonb,
+    refs bigint[] not null,
+    exact bytea,
+    blob_id bigint,
+    data_tid bigint
+) on commit delete rows
+"""
+
+# Every change after {since}, own commits included (the process cache needs them all).
+_POLL = (
+    "select c.tid, c.gc_tid, x.zoids, x.tids from zodb_commit c,"
+    " (select array_agg(zoid) as zoids, array_agg(tid) as tids from {table} where tid > {since}) x"
+)
+
+# class_name of records that are not ZODB pickles (kept exact, references unknown).
+OPAQUE = ""
+
+_LOAD_CURRENT = "select tid, class_name, state, exact from zodb_object_state where zoid = %s"
+# The same, without the record when its tid is the one the process cache holds (cache.py).
+_FAST_LOAD_NAME = b"zodb_load"
+_FAST_LOAD_SQL = (
+    b"select tid, class_name, case when tid = $2 then null else state end,"
+    b" case when tid = $2 then null else exact end from zodb_object_state where zoid = $1"
+)
+_INT8_OID = 20
+_INT8 = struct.Struct(">q")
+
+
+class StorageClosedError(ZODB.POSException.StorageError):
+    """The storage (or this instance of it) was closed."""
+
+
+class DisconnectedError(ZODB.POSException.StorageError, TransientError):
+    """The database connection broke during a transaction; nothing of it was committed.
+
+    Transient: transaction managers (and Zope's publisher) retry the transaction, which
+    reconnects.
+    """
+
+
+def _store_side(method):
+    """A broken connection while writing: drop it, raise the transient DisconnectedError."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except psycopg.OperationalError as error:
+            with self._lock:
+                self._drop_store_conn()
+            raise DisconnectedError(f"database connection lost in {method.__name__}: {error}") from error
+
+    return wrapper
+
+
+@dataclass
+class _Shared:
+    """What a storage and all its instances share: configuration, oid-free state, the listener."""
+
+    dsn: str
+    name: str
+    history_preserving: bool
+    read_only: bool
+    blob_dir: str
+    blob_dir_is_temporary: bool
+    fshelper: ZODB.blob.FilesystemHelper
+    listener: InvalidationListener | None
+    connect_timeout: int
+    cache: StateCache
+    exact_records: int = 0
+    metrics_lock: threading.Lock = field(default_factory=threading.Lock)
+    instances: int = 0
+
+
+@dataclass
+class _PendingRow:
+    zoid: int
+    prev_tid: int
+    class_name: str
+    state_json: str
+    refs: list[int]
+    exact: bytes | None
+    blob_id: int | None
+    pickle: bytes
+    data_tid: int | None = None
+
+
+@implementer(
+    ZODB.interfaces.IStorage,
+    ZODB.interfaces.IMVCCStorage,
+    ZODB.interfaces.IBlobStorage,
+    ZODB.interfaces.IStorageIteration,
+    ZODB.interfaces.IStorageRestoreable,
+    ZODB.interfaces.IBlobStorageRestoreable,
+)
+class JsonbStorage(ConflictResolvingStorage):
+    """A ZODB storage on PostgreSQL with object state in JSONB.
+
+    ``JsonbStorage(dsn, history_preserving=False, blob_dir=None, ...)``; ``blob_dir`` is the blob
+    cache directory (shared between processes or private; blobs live in the database). Without
+    one a private temporary directory is used and removed on close. ``cache_mb`` sizes the
+    process-wide record cache (cache.py; 0 disables it).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        name: str | None = None,
+        *,
+        history_preserving: bool = False,
+        blob_dir: str | None = None,
+        read_only: bool = False,
+        listen: bool = True,
+        connect_timeout: int = 10,
+        cache_mb: int = 64,
+        _shared: _Shared | None = None,
+    ):
+        if _shared is None:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout) as conn:
+                migrate(conn, history_preserving)
+            temporary = blob_dir is None
+            if temporary:
+                blob_dir = tempfile.mkdtemp(prefix="jsonb-blobs-")
+            fshelper = ZODB.blob.FilesystemHelper(blob_dir, layout_name="bushy")
+            fshelper.create()
+            _shared = _Shared(
+                dsn=dsn,
+                name=name or "JsonbStorage",
+                history_preserving=history_preserving,
+                read_only=read_only,
+                blob_dir=blob_dir,
+                blob_dir_is_temporary=temporary,
+                fshelper=fshelper,
+                listener=InvalidationListener(dsn) if listen else None,
+                connect_timeout=connect_timeout,
+                cache=StateCache(cache_mb << 20),
+            )
+        self._shared = _shared
+        self._hp = _shared.history_preserving
+        self._is_main = _shared.instances == 0
+        _shared.instances += 1
+        self.__name__ = _shared.name
+        self._closed = False
+        # Serialises use of this instance's connections by several threads (ZODB's MT tests
+        # share one storage between threads, as BaseStorage allows).
+        self._lock = threading.RLock()
+        self._commit_lock = threading.Lock()
+        self._load_conn: psycopg.Connection | None = None
+        self._store_conn: psycopg.Connection | None = None
+        self._snapshot_tid: int | None = None
+        self._polled_tid: int | None = None
+        self._first_tid: int | None = None
+        self._ltid = 0  # the newest tid this instance knows of (lastTransaction)
+        self._own_tid = 0  # this instance's last commit: not an invalidation for its Connection
+        self._oid_pool: list[int] = []
+        self._resolving = False
+        self._recent: OrderedDict[tuple[bytes, bytes], bytes] = OrderedDict()
+        self._reset_transaction()
+
+    # ------------------------------------------------------------------ connections
+
+    def _connect(self) -> psycopg.Connection:
+        if self._closed:
+            raise StorageClosedError(self.__name__)
+        return psycopg.connect(
+            self._shared.dsn, autocommit=True, connect_timeout=self._shared.connect_timeout
+        )
+
+    def _load(self) -> psycopg.Connection:
+        if self._load_conn is None or self._load_conn.closed:
+            conn = self._connect()
+            result = conn.pgconn.prepare(_FAST_LOAD_NAME, _FAST_LOAD_SQL, [_INT8_OID, _INT8_OID])
+            if result.status != pq.ExecStatus.COMMAND_OK:
+                conn.close()
+                raise psycopg.OperationalError(result.error_message.decode(errors="replace"))
+            self._load_conn = conn
+            self._snapshot_tid = None
+        return self._load_conn
+
+    def _load_row(self, zoid: int, cached_tid: int):
+        """(tid, class_name, state, exact) in the snapshot, or None; state and exact are None
+        when ``tid == cached_tid``. libpq's prepared statement, binary in and out: the hot path
+        of every load, at half the cost of a cursor round trip."""
+        conn = self._ensure_snapshot()
+        pgconn = conn.pgconn
+        try:
+            result = pgconn.exec_prepared(
+                _FAST_LOAD_NAME, [_INT8.pack(zoid), _INT8.pack(cached_tid)], [1, 1], 1
+            )
+        except psycopg.OperationalError as error:
+            self._drop_load_conn()
+            raise DisconnectedError(f"database connection lost while loading: {error}") from error
+        if result.status != pq.ExecStatus.TUPLES_OK:
+            message = result.error_message.decode(errors="replace")
+            if pgconn.status == pq.ConnStatus.BAD:
+                self._drop_load_conn()
+                raise DisconnectedError(f"database connection lost while loading: {message}")
+            raise ZODB.POSException.StorageError(f"load failed: {message}")
+        if not result.ntuples:
+            return None
+        (tid,) = _INT8.unpack(result.get_value(0, 0))
+        class_name = result.get_value(0, 1).decode()
+        state = result.get_value(0, 2)
+        if state is not None:
+            state = json.loads(state[1:])  # binary jsonb: a version byte, then the text
+        exact = result.get_value(0, 3)
+        return tid, class_name, state, exact
+
+    def _store(self) -> psycopg.Connection:
+        if self._store_conn is None or self._store_conn.closed:
+            conn = self._connect()
+            conn.execute(_TEMP_TABLE)
+            self._store_conn = conn
+        return self._store_conn
+
+    def _drop_store_conn(self) -> None:
+        conn, self._store_conn = self._store_conn, None
+        self._in_db_transaction = False
+        if conn is not None:
+            conn.close()
+
+    def _drop_load_conn(self) -> None:
+        conn, self._load_conn = self._load_conn, None
+        self._snapshot_tid = None
+        if conn is not None:
+            conn.close()
+
+    # ------------------------------------------------------------------ MVCC
+
+    def new_instance(self) -> JsonbStorage:
+        return JsonbStorage(self._shared.dsn, history_preserving=self._hp, _shared=self._shared)
+
+    def release(self) -> None:
+        with self._lock:
+            self._drop_load_conn()
+            if self._store_conn is not None:
+                self._store_conn.close()
+                self._store_conn = None
+
+    def sync(self, force: bool = True) -> None:
+        # Always renew, even when not forced: a snapshot kept on the word of the listener would
+        # miss commits whose notification is still in flight (a stale read after another
+        # process's commit returned). The renewal rides on the poll's single round trip.
+        with self._lock:
+            self._snapshot_tid = None
+
+    def on_commit(self, callback) -> None:
+        """Call ``callback(tid: bytes)`` (in the listener thread) for every commit by any process."""
+        if self._shared.listener is None:
+            raise ZODB.POSException.StorageError("storage opened with listen=False")
+        self._shared.listener.subscribe(lambda tid: callback(p64(tid)))
+
+    def afterCompletion(self) -> None:
+        pass  # the next poll_invalidations (always after completion) renews the snapshot
+
+    def _new_snapshot(self, since: int | None) -> tuple[list[int], list[int], int]:
+        """Start a new snapshot; return (oids, tids) changed after ``since``, and gc_tid."""
+        conn = self._load()
+        if since is None:
+            select = "select tid, gc_tid, null::bigint[], null::bigint[] from zodb_commit"
+        else:
+            # Integers formatted by us, never input: one simple-protocol round trip does
+            # rollback, begin and poll together (the protocol takes no parameters). History-
+            # preserving: the history table also shows deletions (undone creations).
+            table = "zodb_object_history" if self._hp else "zodb_object_state"
+            select = _POLL.format(since=int(since), table=table)
+        query = "rollback; begin isolation level repeatable read read only; " + select
+        try:
+            tid, gc_tid, zoids, tids = _last_result(conn.execute(query)).fetchone()
+        except psycopg.OperationalError:
+            # A new snapshot is starting anyway, so a broken connection (server restart,
+            # terminated backend) can be replaced here without losing anything.
+            self._drop_load_conn()
+            try:
+                tid, gc_tid, zoids, tids = _last_result(self._load().execute(query)).fetchone()
+            except psycopg.OperationalError as error:
+                self._drop_load_conn()
+                raise DisconnectedError(f"cannot reach the database: {error}") from error
+        self._snapshot_tid = tid
+        if self._first_tid is None:
+            self._first_tid = tid
+        return zoids or [], tids or [], gc_tid
+
+    def _ensure_snapshot(self) -> psycopg.Connection:
+        if self._snapshot_tid is None:
+            self._new_snapshot(None)
+            if self._polled_tid is None:
+                self._polled_tid = self._snapshot_tid
+        return self._load_conn
+
+    def poll_invalidations(self) -> list[bytes] | None:
+        with self._lock:
+            if self._snapshot_tid is not None and self._polled_tid == self._snapshot_tid:
+                return []
+            cache = self._shared.cache
+            first = self._polled_tid is None
+            since = cache.horizon if first else self._polled_tid
+            zoids, tids, gc_tid = self._new_snapshot(since)
+            snapshot = self._snapshot_tid
+            cache.advance(snapshot if since is None else since, snapshot, zoids, gc_tid)
+            own = self._own_tid
+            self._polled_tid = snapshot
+            self._ltid = max(self._ltid, snapshot)
+            if first:
+                return []
+            # Our own commits are not invalidations for our Connection.
+            return list({p64(zoid) for zoid, tid in zip(zoids, tids, strict=True) if tid != own})
+
+    # ------------------------------------------------------------------ reading
+
+    def _record(self, oid: bytes, tid: int, class_name: str, state, exact: bytes | None) -> bytes:
+        if exact is not None:
+            return bytes(exact)
+        return jsonstate.decode_record(class_name, state)
+
+    def _remember(self, oid: bytes, tid: bytes, data: bytes) -> None:
+        recent = self._recent
+        recent[(oid, tid)] = data
+        if len(recent) > RECENT_STATES:
+            recent.popitem(last=False)
+
+    def _snapshot_query(self, query: str, params: tuple):
+        """Run a read in the current snapshot; a lost connection loses the snapshot: transient."""
+        conn = self._ensure_snapshot()
+        try:
+            return conn.execute(query, params).fetchone()
+        except psycopg.OperationalError as error:
+            self._drop_load_conn()
+            raise DisconnectedError(f"database connection lost while loading: {error}") from error
+
+    def load(self, oid: bytes, version: str = "") -> tuple[bytes, bytes]:
+        zoid = u64(oid)
+        cache = self._shared.cache
+        with self._lock:
+            self._ensure_snapshot()
+            snapshot = self._snapshot_tid
+            known = cache.current(zoid, snapshot)
+            if known is not None:
+                # Current in our snapshot: no round trip.
+                self._remember(oid, p64(known[0]), known[1])
+                return known[1], p64(known[0])
+            cached_tid = cache.tid_of(zoid)
+            row = self._load_row(zoid, cached_tid)
+        if row is None:
+            raise ZODB.POSException.POSKeyError(oid)
+        data = cache.get(zoid, row[0]) if row[0] == cached_tid else None
+        if data is None:
+            if row[2] is None and row[3] is None and row[0] == cached_tid:
+                # Evicted between our look and now: read it whole.
+                with self._lock:
+                    row = self._load_row(zoid, -1)
+                if row is None:
+                    raise ZODB.POSException.POSKeyError(oid)
+            data = self._record(oid, *row)
+            cache.put(zoid, row[0], data, snapshot)
+        tid = p64(row[0])
+        self._remember(oid, tid, data)
+        return data, tid
+
+    def prefetch(self, oids) -> None:
+        """Load many objects in one round trip into the process cache (ZODB's Connection.prefetch)."""
+        cache = self._shared.cache
+        with self._lock:
+            self._ensure_snapshot()
+            snapshot = self._snapshot_tid
+            wanted = [u64(oid) for oid in oids if cache.current(u64(oid), snapshot) is None]
+            if not wanted:
+                return
+            rows = self._load_conn.execute(
+                "select zoid, tid, class_name, state, exact from zodb_object_state where zoid = any(%s)",
+                (wanted,),
+            ).fetchall()
+        for zoid, tid, class_name, state, exact in rows:
+            cache.put(zoid, tid, self._record(p64(zoid), tid, class_name, state, exact), snapshot)
+
+    def loadBefore(self, oid: bytes, tid: bytes):
+        if self._hp:
+            return self._load_before_hp(oid, tid)
+        data, serial = self.load(oid)
+        if serial < tid:
+            return data, serial, None
+        # History-free: the revision current before ``tid`` is gone; the committed one is newer.
+        raise ZODB.POSException.ReadConflictError(oid=oid, serials=(serial, tid))
+
+    def _load_before_hp(self, oid: bytes, tid: bytes):
+        zoid = u64(oid)
+        with self._lock:
+            row = self._snapshot_query(
+                "select tid, class_name, state, exact, deleted from zodb_object_history"
+                " where zoid = %s and tid < %s order by tid desc limit 1",
+                (zoid, u64(tid)),
+            )
+            if row is None:
+                if self._snapshot_query("select 1 from zodb_object_history where zoid = %s limit 1", (zoid,)):
+                    return None
+                raise ZODB.POSException.POSKeyError(oid)
+            end = self._snapshot_query(
+                "select min(tid) from zodb_object_history where zoid = %s and tid >= %s", (zoid, u64(tid))
+            )[0]
+        start, class_name, state, exact, deleted = row
+        if deleted:
+            raise ZODB.POSException.POSKeyError(oid)  # its creation was undone
+        return self._record(oid, start, class_name, state, exact), p64(start), (p64(end) if end else None)
+
+    def loadSerial(self, oid: bytes, serial: bytes) -> bytes:
+        if self._resolving:
+            # tryToResolveConflict asks for the state the transaction started from.
+            recent = self._recent.get((oid, serial))
+            if recent is not None:
+                return recent
+        if self._hp:
+            query = (
+                "select tid, class_name, state, exact from zodb_object_history"
+                " where zoid = %s and tid = %s and not deleted"
+            )
+            params = (u64(oid), u64(serial))
+        else:
+            query, params = _LOAD_CURRENT, (u64(oid),)
+        with self._lock:
+            row = self._snapshot_query(query, params)
+            if row is None or row[0] != u64(serial):
+                # Committed since our snapshot (e.g. resolving a conflict against it)?
+                with self._connect() as fresh:
+                    row = fresh.execute(query, params).fetchone()
+        if row is None or row[0] != u64(serial):
+            raise ZODB.POSException.POSKeyError(oid, serial)
+        return self._record(oid, *row)
+
+    def history(self, oid: bytes, size: int = 1):
+        if not self._hp:
+            data, serial = self.load(oid)
+            return [_history_entry(serial, b"", b"", b"", len(data))]
+        with self._lock:
+            conn = self._ensure_snapshot()
+            rows = conn.execute(
+                """select h.tid, t.username, t.description, t.extension,
+                          coalesce(length(h.exact), length(h.state::text), 0)
+                   from zodb_object_history h join zodb_transaction t using (tid)
+                   where h.zoid = %s order by h.tid desc limit %s""",
+                (u64(oid), size),
+            ).fetchall()
+        if not rows:
+            raise ZODB.POSException.POSKeyError(oid)
+        return [_history_entry(p64(tid), user, desc, ext, length) for tid, user, desc, ext, length in rows]
+
+    def lastTransaction(self) -> bytes:
+        with self._lock:
+            if self._is_main and not self._in_db_transaction:
+                # The storage as the DB sees it (DB.lastTransaction, historical connections):
+                # the newest commit of any process, not this instance's last poll.
+                if self._shared.read_only:  # e.g. on a replica: no write connection
+                    with self._connect() as conn:
+                        (tid,) = conn.execute("select tid from zodb_commit").fetchone()
+                else:
+                    (tid,) = self._outside_transaction("select tid from zodb_commit").fetchone()
+                self._ltid = max(self._ltid, tid)
+            elif not self._ltid:
+                self._ensure_snapshot()
+                self._ltid = self._snapshot_tid or 0
+            return p64(self._ltid)
+
+    def __len__(self) -> int:
+        with self._connect() as conn:
+            return conn.execute("select count(*) from zodb_object_state").fetchone()[0]
+
+    def getSize(self) -> int:
+        with self._connect() as conn:
+            return conn.execute(
+                "select coalesce(sum(pg_total_relation_size(c)), 0) from unnest("
+                "array['zodb_object_state', 'zodb_blob_chunk']::regclass[]) c"
+            ).fetchone()[0]
+
+    def getName(self) -> str:
+        return self.__name__
+
+    def sortKey(self) -> str:
+        return f"jsonb:{self._shared.dsn}"
+
+    def isReadOnly(self) -> bool:
+        return self._shared.read_only
+
+    def supportsUndo(self) -> bool:
+        return self._hp
+
+    def supportsTransactionalUndo(self) -> bool:
+        return self._hp
+
+    def undoLog(self, first=0, last=-20, filter=None):
+        if last < 0:
+            last = first - last
+        if not self._hp:
+            return []
+        entries = []
+        with self._connect() as conn, conn.cursor() as cur:
+            for tid, user, desc, ext in cur.stream(
+                "select tid, username, description, extension from zodb_transaction"
+                " where not packed order by tid desc"
+            ):
+                entry = _history_entry(p64(tid), bytes(user), bytes(desc), bytes(ext), 0)
+                entry["id"] = p64(tid)
+                del entry["tid"], entry["serial"], entry["size"], entry["version"]
+                if filter is None or filter(entry):
+                    entries.append(entry)
+                    if len(entries) >= last:
+                        break
+        return entries[first:last]
+
+    def undoInfo(self, first=0, last=-20, specification=None):
+        def matches(entry):
+            return all(entry.get(key) == value for key, value in specification.items())
+
+        return self.undoLog(first, last, matches if specification else None)
+
+    @_store_side
+    def undo(self, transaction_id, transaction=None):
+        if self._shared.read_only:
+            raise ZODB.POSException.ReadOnlyError()
+        if not self._hp:
+            raise ZODB.POSException.UndoError("history-free storage: nothing to undo")
+        self._check_transaction(transaction)
+        undone = u64(transaction_id)
+        with self._lock:
+            conn = self._begin_db_transaction()
+            if conn.execute(
+                "select 1 from zodb_transaction where tid = %s and not packed", (undone,)
+            ).fetchone() is None:
+                raise ZODB.POSException.UndoError("Invalid undo transaction id")
+            oids = []
+            for (zoid,) in conn.execute(
+                "select zoid from zodb_object_history where tid = %s order by zoid", (undone,)
+            ).fetchall():
+                self._undo_object(conn, zoid, undone)
+                oids.append(p64(zoid))
+        return None, oids
+
+    def _undo_object(self, conn: psycopg.Connection, zoid: int, undone: int) -> None:
+        oid = p64(zoid)
+        revision = (
+            "select tid, class_name, state, exact, deleted, blob_id, coalesce(data_tid, tid)"
+            " from zodb_object_history where zoid = %s"
+        )
+        current = conn.execute(revision + " order by tid desc limit 1", (zoid,)).fetchone()
+        undone_row = conn.execute(revision + " and tid = %s", (zoid, undone)).fetchone()
+        before = conn.execute(revision + " and tid < %s order by tid desc limit 1", (zoid, undone)).fetchone()
+        current_tid = current[0]
+        # The undone revision is still current if later revisions only restored its state
+        # (an undo of an undo): same data origin, as FileStorage's back pointers tell it.
+        still_current = current_tid == undone or current[6] == undone_row[6]
+        pending = self._pickles.get(zoid)  # an earlier undo in this transaction changed it
+        if pending is not None:
+            still_current = self._undo_origins.get(zoid) == undone_row[6]
+        if before is None or before[4]:
+            # Undoing the creation: the object goes away (if nothing changed it since).
+            if not still_current:
+                raise ZODB.POSException.UndoError("Some data were modified by a later transaction", oid)
+            self._pending.pop(zoid, None)
+            self._deletes.add(zoid)
+            self._prev_tids[zoid] = current_tid
+            return
+        restored = self._record(oid, *before[:4])
+        data_tid, blob_id = before[6], before[5]
+        if not still_current:
+            if current[4] and pending is None:
+                raise ZODB.POSException.UndoError("object deleted by a later transaction", oid)
+            committed = pending if pending is not None else self._record(oid, *current[:4])
+            try:
+                self._resolving = True
+                restored = self.tryToResolveConflict(oid, p64(current_tid), p64(undone), restored, committed)
+            except ZODB.POSException.ConflictError as error:
+                raise ZODB.POSException.UndoError("Some data were modified by a later transaction", oid) from error
+            finally:
+                self._resolving = False
+            data_tid = blob_id = None
+        row = self._encode(oid, p64(self._prev_tids.get(zoid, current_tid)), restored, blob_id)
+        row.data_tid = data_tid
+        self._undo_origins[zoid] = data_tid
+        self._add_row(row)
+
+    def registerDB(self, db) -> None:
+        pass  # invalidations are polled per instance, not pushed through the DB
+
+    def getTid(self, oid: bytes) -> bytes:
+        return self.load(oid)[1]
+
+    @property
+    def exact_records(self) -> int:
+        """Records written with an exact pickle copy because JSON could not hold them losslessly."""
+        return self._shared.exact_records
+
+    # ------------------------------------------------------------------ oids
+
+    @_store_side
+    def new_oid(self) -> bytes:
+        if self._shared.read_only:
+            raise ZODB.POSException.ReadOnlyError()
+        with self._lock:
+            if not self._oid_pool:
+                query = "select nextval('zodb_oid_seq') from generate_series(1, 32)"
+                if self._in_db_transaction:
+                    rows = self._store_conn.execute(query).fetchall()
+                else:
+                    rows = self._outside_transaction(query).fetchall()
+                self._oid_pool = sorted((row[0] for row in rows), reverse=True)
+            return p64(self._oid_pool.pop())
+
+    # ------------------------------------------------------------------ two-phase commit
+
+    def _reset_transaction(self) -> None:
+        self._transaction = None
+        self._restore_tid: int | None = None
+        self._pending: dict[int, _PendingRow] = {}
+        self._pickles: dict[int, bytes] = {}
+        self._prev_tids: dict[int, int] = {}
+        self._flushed: set[int] = set()
+        self._read_current: dict[int, int] = {}
+        self._blob_files: dict[bytes, str] = {}
+        self._deletes: set[int] = set()
+        self._tid: int | None = None
+        self._batch_ids: list[str] = []
+        self._undo_origins: dict[int, int | None] = {}
+        self._metadata = (b"", b"", b"")
+        self._resolved: list[bytes] = []
+        self._in_db_transaction = False
+
+    def tpc_transaction(self):
+        return self._transaction
+
+    def tpc_begin(self, transaction, tid: bytes | None = None, status: str = " ") -> None:
+        if self._shared.read_only:
+            raise ZODB.POSException.ReadOnlyError()
+        if self._closed:
+            raise StorageClosedError(self.__name__)
+        if self._transaction is transaction:
+            raise ZODB.POSException.StorageTransactionError(
+                "Duplicate tpc_begin calls for same transaction"
+            )
+        self._commit_lock.acquire()
+        self._reset_transaction()
+        self._transaction = transaction
+        self._restore_tid = u64(tid) if tid is not None else None
+        extension = getattr(transaction, "extension", None)
+        if extension is None:
+            extension = getattr(transaction, "_extension", None) or {}
+        batch_ids = extension.get("catalog_batch_ids") or []
+        if isinstance(batch_ids, str) or not all(isinstance(b, str) for b in batch_ids):
+            self._commit_lock.release()
+            self._reset_transaction()
+            raise ZODB.POSException.StorageTransactionError(
+                "transaction extension catalog_batch_ids must be a list of str"
+            )
+        self._batch_ids = list(batch_ids)
+        self._metadata = (
+            _as_bytes(getattr(transaction, "user", b"")),
+            _as_bytes(getattr(transaction, "description", b"")),
+            getattr(transaction, "extension_bytes", None) or (_dumps(extension) if extension else b""),
+        )
+
+    def _check_transaction(self, transaction) -> None:
+        if transaction is not self._transaction:
+            raise ZODB.POSException.StorageTransactionError(self, transaction)
+
+    def _begin_db_transaction(self) -> psycopg.Connection:
+        if not self._in_db_transaction:
+            self._outside_transaction("begin")
+            self._in_db_transaction = True
+        return self._store_conn
+
+    def _outside_transaction(self, query: str):
+        """Run ``query`` on the store connection while no database transaction is open there:
+        a connection broken since its last use (server restart) is replaced, nothing is lost."""
+        try:
+            return self._store().execute(query)
+        except psycopg.OperationalError:
+            self._drop_store_conn()
+            return self._store().execute(query)
+
+    def _encode(self, oid: bytes, prev: bytes, data: bytes, blob_id: int | None) -> _PendingRow:
+        try:
+            encoded = jsonstate.encode_record(data)
+        except jsonstate.TranscodeError:
+            # Not a ZODB pickle at all (ZODB's own tests store such bytes; so do record-
+            # transforming wrappers): keep it exactly. Its references are unknown, so pack
+            # refuses to collect garbage while such records exist (see pack.py).
+            return _PendingRow(u64(oid), _serial(prev), OPAQUE, "null", [], data, blob_id, data)
+        return _PendingRow(
+            zoid=u64(oid),
+            prev_tid=_serial(prev),
+            class_name=encoded.class_name,
+            state_json=jsonstate.json_dumps(encoded.state),
+            refs=[u64(ref) for ref in encoded.refs],
+            exact=encoded.exact,
+            blob_id=blob_id,
+            pickle=data,
+        )
+
+    @_store_side
+    def store(self, oid, serial, data, version, transaction):
+        if self._shared.read_only:
+            raise ZODB.POSException.ReadOnlyError()
+        if version:
+            raise ZODB.POSException.Unsupported("Versions aren't supported")
+        self._check_transaction(transaction)
+        with self._lock:
+            self._add_row(self._encode(oid, serial, data, None))
+
+    def _add_row(self, row: _PendingRow) -> None:
+        self._deletes.discard(row.zoid)
+        self._pending[row.zoid] = row
+        # Kept for conflict resolution and, after commit, for loadSerial of what we wrote.
+        self._pickles[row.zoid] = row.pickle
+        self._prev_tids[row.zoid] = row.prev_tid
+        if len(self._pending) >= STORE_BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        conn = self._begin_db_transaction()
+        rows = list(self._pending.values())
+        again = [row.zoid for row in rows if row.zoid in self._flushed]
+        if again:
+            conn.execute("delete from zodb_temp_store where zoid = any(%s)", (again,))
+        with conn.cursor() as cur, cur.copy(
+            "copy zodb_temp_store (zoid, prev_tid, class_name, state, refs, exact, blob_id, data_tid)"
+            " from stdin"
+        ) as copy:
+            for row in rows:
+                copy.write_row(
+                    (
+                        row.zoid, row.prev_tid, row.class_name, row.state_json, row.refs, row.exact,
+                        row.blob_id, row.data_tid,
+                    )
+                )
+                self._flushed.add(row.zoid)
+        self._pending.clear()
+
+    @_store_side
+    def storeBlob(self, oid, oldserial, data, blobfilename, version, transaction):
+        if self._shared.read_only:
+            raise ZODB.POSException.ReadOnlyError()
+        if version:
+            raise ZODB.POSException.Unsupported("Versions aren't supported")
+        self._check_transaction(transaction)
+        with self._lock:
+            blob_id = self._upload_blob(blobfilename)
+            self._add_row(self._encode(oid, oldserial, data, blob_id))
+            self._blob_files[oid] = self._take_blob_file(blobfilename)
+
+    def _take_blob_file(self, filename: str) -> str:
+        """Own the caller's file now (savepoints delete theirs before tpc_finish)."""
+        fd, target = tempfile.mkstemp(suffix=".pending", dir=self._shared.fshelper.temp_dir)
+        os.close(fd)
+        ZODB.blob.rename_or_copy_blob(filename, target, chmod=True)
+        return target
+
+    def _upload_blob(self, filename: str) -> int:
+        """Stream a blob file into chunk rows (inside the still uncommitted transaction)."""
+        conn = self._begin_db_transaction()
+        (blob_id,) = conn.execute("select nextval('zodb_blob_seq')").fetchone()
+        with open(filename, "rb") as blob_file, conn.cursor() as cur:
+            chunk_num = 0
+            while True:
+                chunk = blob_file.read(BLOB_CHUNK_SIZE)
+                if not chunk and chunk_num:
+                    break
+                cur.execute(
+                    "insert into zodb_blob_chunk (blob_id, chunk_num, chunk) values (%s, %s, %s)",
+                    (blob_id, chunk_num, chunk),
+                )
+                chunk_num += 1
+                if len(chunk) < BLOB_CHUNK_SIZE:
+                    break
+        return blob_id
+
+    @_store_side
+    def restore(self, oid, serial, data, version, prev_txn, transaction):
+        if self._shared.read_only:
+            raise ZODB.POSException.ReadOnlyError()
+        if version:
+            raise ZODB.POSException.Unsupported("Versions aren't supported")
+        self._check_transaction(transaction)
+        with self._lock:
+            if data is None:
+                # An undone creation: in history-free storage the object simply goes away.
+                self._pending.pop(u64(oid), None)
+                self._deletes.add(u64(oid))
+                return
+            row = self._encode(oid, serial, data, None)
+            row.data_tid = u64(prev_txn) if prev_txn else None
+            self._add_row(row)
+
+    @_store_side
+    def restoreBlob(self, oid, serial, data, blobfilename, prev_txn, transaction):
+        if self._shared.read_only:
+            raise ZODB.POSException.ReadOnlyError()
+        self._check_transaction(transaction)
+        with self._lock:
+            blob_id = self._upload_blob(blobfilename)
+            self._add_row(self._encode(oid, serial, data, blob_id))
+            self._blob_files[oid] = self._take_blob_file(blobfilename)
+
+    def checkCurrentSerialInTransaction(self, oid, serial, transaction):
+        self._check_transaction(transaction)
+        self._read_current[u64(oid)] = u64(serial)
+
+    def tpc_vote(self, transaction):
+        self._check_transaction(transaction)
+        with self._lock:
+            try:
+                return self._vote()
+            except psycopg.errors.DeadlockDetected as error:
+                raise ZODB.POSException.ConflictError(f"deadlock while locking objects: {error}") from error
+            except psycopg.OperationalError as error:
+                self._drop_store_conn()
+                raise DisconnectedError(f"database connection lost in tpc_vote: {error}") from error
+
+    def _vote(self) -> list[bytes]:
+        self._flush()
+        conn = self._begin_db_transaction()
+        restoring = self._restore_tid is not None
+        written = sorted(self._flushed)
+        if self._read_current and not restoring:
+            rows = conn.execute(
+                "select zoid, tid from zodb_object_state where zoid = any(%s) order by zoid for share",
+                (sorted(set(self._read_current) - self._flushed),),
+            ).fetchall()
+            current = dict(rows)
+            for zoid, expected in self._read_current.items():
+                if zoid in self._flushed:
+                    continue
+                if current.get(zoid) != expected:
+                    raise ZODB.POSException.ReadConflictError(
+                        oid=p64(zoid), serials=(p64(current.get(zoid, 0)), p64(expected))
+                    )
+        locked = conn.execute(
+            "select zoid, tid, blob_id from zodb_object_state where zoid = any(%s)"
+            " order by zoid for update",
+            (written + sorted(self._deletes),),
+        ).fetchall()
+        old_blobs = {zoid: blob_id for zoid, _tid, blob_id in locked if blob_id is not None}
+        if not restoring:
+            self._detect_conflicts(conn, {zoid: tid for zoid, tid, _ in locked})
+        # The commit lock: held from here until tpc_finish commits.
+        if restoring:
+            row = conn.execute(
+                "update zodb_commit set tid = %s where tid < %s returning tid, gc_tid",
+                (self._restore_tid, self._restore_tid),
+            ).fetchone()
+            if row is None:
+                raise ZODB.POSException.StorageTransactionError(
+                    f"restored tid {p64(self._restore_tid)!r} is not after the last committed tid"
+                )
+        else:
+            row = conn.execute(
+                "update zodb_commit set tid = greatest(tid + 1, zodb_now_tid()) returning tid, gc_tid"
+            ).fetchone()
+        tid, gc_tid = row
+        self._tid = tid
+        if gc_tid and gc_tid > (self._first_tid or 0) and not restoring:
+            # A pack ran since this instance started: its cache (or the application) may hold
+            # objects the pack removed. New references must not point at them.
+            self._check_refs_survived_pack(conn)
+        if self._hp:
+            self._write_history(conn, tid, written)
+        if written:
+            conn.execute(
+                """insert into zodb_object_state (zoid, tid, class_name, state, refs, exact, blob_id)
+                   select zoid, %s, class_name, state, refs, exact, blob_id from zodb_temp_store
+                   on conflict (zoid) do update set
+                       tid = excluded.tid, class_name = excluded.class_name, state = excluded.state,
+                       refs = excluded.refs, exact = excluded.exact,
+                       blob_id = coalesce(excluded.blob_id, zodb_object_state.blob_id)""",
+                (tid,),
+            )
+            exact = conn.execute("select count(*) from zodb_temp_store where exact is not null").fetchone()[0]
+            if exact:
+                with self._shared.metrics_lock:
+                    self._shared.exact_records += exact
+        if self._deletes:
+            conn.execute("delete from zodb_object_state where zoid = any(%s)", (sorted(self._deletes),))
+            if not self._hp:
+                # History-free polls cannot see deleted rows: tell other processes' caches the
+                # way pack does.
+                conn.execute("update zodb_commit set gc_tid = tid")
+        replaced = [blob_id for zoid, blob_id in old_blobs.items() if p64(zoid) in self._blob_files or zoid in self._deletes]
+        if replaced and not self._hp:  # history keeps old blob revisions
+            conn.execute("delete from zodb_blob_chunk where blob_id = any(%s)", (replaced,))
+        if restoring and written:
+            conn.execute(
+                "select setval('zodb_oid_seq', greatest(%s, (select last_value from zodb_oid_seq)))",
+                (max(written),),
+            )
+        if self._batch_ids:
+            conn.execute(
+                "insert into catalog_txn_outcome (batch_id, tid) select unnest(%s::text[]), %s",
+                (self._batch_ids, tid),
+            )
+        conn.execute("select pg_notify(%s, %s)", (CHANNEL, str(tid)))
+        return self._resolved
+
+    def _write_history(self, conn: psycopg.Connection, tid: int, written: list[int]) -> None:
+        user, description, extension = self._metadata
+        conn.execute(
+            "insert into zodb_transaction (tid, username, description, extension) values (%s, %s, %s, %s)",
+            (tid, user, description, extension),
+        )
+        if written:
+            # A blob object stored without a new blob file keeps its blob (as the upsert does).
+            conn.execute(
+                """insert into zodb_object_history
+                       (zoid, tid, class_name, state, refs, exact, blob_id, data_tid)
+                   select t.zoid, %s, t.class_name, t.state, t.refs, t.exact,
+                          coalesce(t.blob_id, s.blob_id), t.data_tid
+                   from zodb_temp_store t left join zodb_object_state s using (zoid)""",
+                (tid,),
+            )
+        if self._deletes:
+            conn.execute(
+                "insert into zodb_object_history (zoid, tid, class_name, deleted)"
+                " select unnest(%s::bigint[]), %s, '', true",
+                (sorted(self._deletes), tid),
+            )
+
+    @staticmethod
+    def _latest_revision(conn: psycopg.Connection, zoid: int) -> int | None:
+        return conn.execute("select max(tid) from zodb_object_history where zoid = %s", (zoid,)).fetchone()[0]
+
+    def _detect_conflicts(self, conn: psycopg.Connection, current: dict[int, int]) -> None:
+        for zoid in self._deletes:
+            if current.get(zoid) != self._prev_tids.get(zoid, current.get(zoid)):
+                raise ZODB.POSException.ConflictError(
+                    oid=p64(zoid), serials=(p64(current.get(zoid, 0)), p64(self._prev_tids[zoid]))
+                )
+        conflicts = []
+        for zoid in self._flushed:
+            committed = current.get(zoid)
+            prev = self._prev_tids.get(zoid)
+            if committed is None and prev == 0:
+                continue
+            if committed is None and self._hp and prev == self._latest_revision(conn, zoid):
+                continue  # re-created (an undo of its undone creation) from the deletion it saw
+            if committed != prev:
+                conflicts.append(zoid)
+        for zoid in conflicts:
+            oid = p64(zoid)
+            committed = current.get(zoid)
+            if committed is None:
+                raise ZODB.POSException.ConflictError(oid=oid, serials=(z64, p64(self._prev_tids[zoid])))
+            row = conn.execute(_LOAD_CURRENT, (zoid,)).fetchone()
+            committed_data = self._record(oid, *row)
+            self._resolving = True
+            try:
+                resolved = self.tryToResolveConflict(
+                    oid, p64(committed), p64(self._prev_tids[zoid]), self._pickles[zoid], committed_data
+                )
+            finally:
+                self._resolving = False
+            new_row = self._encode(oid, p64(committed), resolved, None)
+            conn.execute(
+                "update zodb_temp_store set prev_tid = %s, class_name = %s, state = %s::jsonb,"
+                " refs = %s, exact = %s where zoid = %s",
+                (committed, new_row.class_name, new_row.state_json, new_row.refs, new_row.exact, zoid),
+            )
+            self._pickles[zoid] = resolved
+            self._resolved.append(oid)
+
+    def _check_refs_survived_pack(self, conn: psycopg.Connection) -> None:
+        """Refuse to commit new references to objects that a pack has removed."""
+        # Only references this transaction adds need checking; existing ones were checked (or
+        # kept alive) when they were written.
+        row = conn.execute(
+            """select r.zoid from (
+                   select unnest(refs) as zoid from zodb_temp_store
+                   except
+                   select unnest(s.refs) from zodb_object_state s join zodb_temp_store t using (zoid)
+               ) r
+               where not exists (select 1 from zodb_object_state s where s.zoid = r.zoid)
+                 and not exists (select 1 from zodb_temp_store t where t.zoid = r.zoid)
+               limit 1"""
+        ).fetchone()
+        if row is not None:
+            raise ZODB.POSException.ReadConflictError(
+                f"object {p64(row[0])!r} was removed by pack; it cannot be referenced again"
+            )
+
+    def tpc_finish(self, transaction, f=None):
+        self._check_transaction(transaction)
+        with self._lock:
+            try:
+                if self._tid is None:
+                    raise ZODB.POSException.StorageTransactionError("tpc_finish without tpc_vote")
+                self._commit_or_verify()
+                tid = p64(self._tid)
+                self._ltid = self._own_tid = self._tid
+                self._shared.cache.drop(list(self._pickles) + list(self._deletes))
+                for zoid, pickle in self._pickles.items():
+                    # Not into the process cache: loads return what the database rebuilds,
+                    # the same bytes in every process (the written pickle may differ in form).
+                    self._remember(p64(zoid), tid, pickle)
+                for oid, filename in self._blob_files.items():
+                    self._cache_blob_file(oid, tid, filename)
+                if f is not None:
+                    f(tid)
+                # Our own commit is newer than the open snapshot.
+                self._snapshot_tid = None
+                return tid
+            finally:
+                self._end_transaction()
+
+    def _commit_or_verify(self) -> None:
+        try:
+            self._store_conn.execute("commit")
+            self._in_db_transaction = False
+            return
+        except psycopg.OperationalError as error:
+            self._drop_store_conn()
+            lost = error
+        # The connection broke around COMMIT: PostgreSQL either committed all of it or none.
+        # Ask which; our tid is on every row we wrote and on nothing else.
+        try:
+            with self._connect() as conn:
+                committed = conn.execute(
+                    "select exists (select 1 from zodb_object_state where tid = %s)"
+                    " or exists (select 1 from catalog_txn_outcome where tid = %s)",
+                    (self._tid, self._tid),
+                ).fetchone()[0]
+        except psycopg.OperationalError as error:
+            raise ZODB.POSException.StorageError(
+                f"database connection lost at commit and the outcome is unknown: {error}"
+            ) from lost
+        if not committed:
+            raise DisconnectedError(f"database connection lost before commit: {lost}") from lost
+
+    def _cache_blob_file(self, oid: bytes, tid: bytes, filename: str) -> None:
+        fshelper = self._shared.fshelper
+        fshelper.getPathForOID(oid, create=True)
+        target = fshelper.getBlobFilename(oid, tid)
+        ZODB.blob.rename_or_copy_blob(filename, target, chmod=True)
+
+    def tpc_abort(self, transaction):
+        if transaction is not self._transaction:
+            return
+        with self._lock:
+            try:
+                if self._in_db_transaction and self._store_conn is not None:
+                    try:
+                        self._store_conn.execute("rollback")
+                    except psycopg.Error:
+                        self._store_conn.close()
+                        self._store_conn = None
+                for filename in self._blob_files.values():
+                    if os.path.exists(filename):
+                        os.remove(filename)
+                self._snapshot_tid = None
+            finally:
+                self._end_transaction()
+
+    def _end_transaction(self) -> None:
+        self._reset_transaction()
+        self._commit_lock.release()
+
+    # ------------------------------------------------------------------ blobs
+
+    def loadBlob(self, oid: bytes, serial: bytes) -> str:
+        fshelper = self._shared.fshelper
+        filename = fshelper.getBlobFilename(oid, serial)
+        if os.path.exists(filename):
+            return filename
+        fshelper.getPathForOID(oid, create=True)
+        with self._lock:
+            conn = self._ensure_snapshot()
+            if self._download_blob(conn, oid, serial, filename):
+                return filename
+        # Committed after our snapshot (e.g. read back right after our own commit).
+        with self._connect() as fresh:
+            if self._download_blob(fresh, oid, serial, filename):
+                return filename
+        raise ZODB.POSException.POSKeyError("No blob file", oid, serial)
+
+    def _download_blob(self, conn: psycopg.Connection, oid: bytes, serial: bytes, filename: str) -> bool:
+        table = "zodb_object_history" if self._hp else "zodb_object_state"
+        row = conn.execute(
+            f"select blob_id from {table} where zoid = %s and tid = %s",  # noqa: S608 - fixed names
+            (u64(oid), u64(serial)),
+        ).fetchone()
+        if row is None or row[0] is None:
+            return False
+        fd, partial = tempfile.mkstemp(suffix=".partial", dir=os.path.dirname(filename))
+        try:
+            with os.fdopen(fd, "wb") as out, conn.cursor() as cur:
+                # Chunks stream one row at a time; the blob never sits in memory whole.
+                for (chunk,) in cur.stream(
+                    "select chunk from zodb_blob_chunk where blob_id = %s order by chunk_num", (row[0],)
+                ):
+                    out.write(chunk)
+            os.chmod(partial, 0o444)
+            # Atomic: processes sharing the cache directory never see a partial file.
+            os.replace(partial, filename)
+        except BaseException:
+            if os.path.exists(partial):
+                os.remove(partial)
+            raise
+        return True
+
+    def openCommittedBlobFile(self, oid, serial, blob=None):
+        filename = self.loadBlob(oid, serial)
+        if blob is None:
+            return open(filename, "rb")
+        return ZODB.blob.BlobFile(filename, "r", blob)
+
+    @property
+    def fshelper(self) -> ZODB.blob.FilesystemHelper:
+        """The blob cache layout (ZODB's blob tests and tools look for this name)."""
+        return self._shared.fshelper
+
+    def temporaryDirectory(self) -> str:
+        return self._shared.fshelper.temp_dir
+
+    # ------------------------------------------------------------------ iteration, copying
+
+    def iterator(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[TransactionRecord]:
+        """Transactions oldest first. History-free: one per tid still current on some object."""
+        low = u64(start) if start else 0
+        high = u64(stop) if stop else (1 << 63) - 1
+        with self._connect() as conn:
+            conn.execute("begin isolation level repeatable read read only")
+            if self._hp:
+                transactions = conn.execute(
+                    "select tid, packed, username, description, extension from zodb_transaction"
+                    " where tid between %s and %s order by tid",
+                    (low, high),
+                ).fetchall()
+                records_sql = (
+                    "select zoid, class_name, state, exact, deleted, data_tid from zodb_object_history"
+                    " where tid = %s order by zoid"
+                )
+            else:
+                transactions = [
+                    (tid, False, b"", b"", b"")
+                    for (tid,) in conn.execute(
+                        "select distinct tid from zodb_object_state where tid between %s and %s order by tid",
+                        (low, high),
+                    )
+                ]
+                records_sql = (
+                    "select zoid, class_name, state, exact, false, null from zodb_object_state"
+                    " where tid = %s order by zoid"
+                )
+            for tid, packed, user, description, extension in transactions:
+                records = [
+                    DataRecord(
+                        p64(zoid),
+                        p64(tid),
+                        None if deleted else self._record(p64(zoid), tid, cn, st, ex),
+                        p64(data_tid) if data_tid else None,
+                    )
+                    for zoid, cn, st, ex, deleted, data_tid in conn.execute(records_sql, (tid,)).fetchall()
+                ]
+                yield _Transaction(
+                    p64(tid), "p" if packed else " ", bytes(user), bytes(description), bytes(extension), records
+                )
+
+    def copyTransactionsFrom(self, other, verbose: bool = False) -> None:
+        """Copy every transaction of ``other`` with its tids (zodbconvert), blobs included."""
+        # ZODB.BaseStorage.copy would drop blobs; restoreBlob owns (moves) the file it gets, so
+        # each source blob is copied to a temporary file first.
+        for copied, txn in enumerate(other.iterator(), 1):
+            self.tpc_begin(txn, txn.tid, txn.status)
+            try:
+                for record in txn:
+                    blob_file = None
+                    if record.data is not None and ZODB.blob.is_blob_record(record.data):
+                        try:
+                            blob_file = other.loadBlob(record.oid, record.tid)
+                        except ZODB.POSException.POSKeyError:
+                            blob_file = None
+                    if blob_file is not None:
+                        fd, own_copy = tempfile.mkstemp(suffix=".copy", dir=self.temporaryDirectory())
+                        os.close(fd)
+                        shutil.copyfile(blob_file, own_copy)
+                        self.restoreBlob(record.oid, record.tid, record.data, own_copy, record.data_txn, txn)
+                    else:
+                        self.restore(record.oid, record.tid, record.data, "", record.data_txn, txn)
+                self.tpc_vote(txn)
+                self.tpc_finish(txn)
+            except BaseException:
+                self.tpc_abort(txn)
+                raise
+            if verbose and copied % 1000 == 0:
+                log.info("copied %d transactions", copied)
+
+    # ------------------------------------------------------------------ pack
+
+    def pack(self, t, referencesf, gc: bool = True) -> None:
+        from plone_connector.storage.pack import pack_history_free, pack_history_preserving
+
+        if self._shared.read_only:
+            raise ZODB.POSException.ReadOnlyError()
+        fshelper = self._shared.fshelper
+        if self._hp:
+            for oid, tid in pack_history_preserving(self._shared.dsn, _pack_tid(t), gc):
+                path = fshelper.getBlobFilename(oid, tid)
+                if os.path.exists(path):
+                    os.remove(path)
+                folder = os.path.dirname(path)
+                if os.path.isdir(folder) and not any(n.endswith(".blob") for n in os.listdir(folder)):
+                    shutil.rmtree(folder, ignore_errors=True)
+        elif gc:
+            for oid in pack_history_free(self._shared.dsn):
+                path = fshelper.getPathForOID(oid)
+                if os.path.exists(path):
+                    shutil.rmtree(path, ignore_errors=True)
+        # else history-free without gc: nothing but garbage could be removed
+        with self._lock:
+            self._snapshot_tid = None  # let this instance see its own pack
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._transaction is not None:
+                self.tpc_abort(self._transaction)
+            self.release()
+            self._closed = True
+        if self._is_main:
+            if self._shared.listener is not None:
+                self._shared.listener.stop()
+            if self._shared.blob_dir_is_temporary:
+                shutil.rmtree(self._shared.blob_dir, ignore_errors=True)
+
+    def cleanup(self) -> None:
+        """Remove everything (tests, ``zodbconvert --clear``): objects, blobs, batch outcomes."""
+        with self._connect() as conn, conn.transaction():
+            conn.execute("select 1 from zodb_commit for update")
+            conn.execute("delete from zodb_object_state")
+            conn.execute("delete from zodb_object_history")
+            conn.execute("delete from zodb_transaction")
+            conn.execute("delete from zodb_blob_chunk")
+            conn.execute("delete from catalog_txn_outcome")
+            conn.execute("update zodb_commit set tid = 0, gc_tid = 0")
+            conn.execute("alter sequence zodb_oid_seq restart")
+        self._ltid = self._own_tid = 0
+        self._polled_tid = None
+        self._snapshot_tid = None
+        self._first_tid = None
+        self._oid_pool = []
+        self._recent.clear()
+        self._shared.cache.clear()
+
+
+def _pack_tid(t: float) -> int:
+    """The tid of pack time ``t`` (seconds since the epoch), as ZODB's TimeStamp builds it."""
+    seconds = time.gmtime(t)
+    return u64(TimeStamp(*seconds[:5], seconds[5] + t % 1).raw())
+
+
+def _as_bytes(value) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return (value or "").encode("utf-8")
+
+
+def _dumps(extension: dict) -> bytes:
+    return zodbpickle.pickle.dumps(extension, 3)
+
+
+def _history_entry(tid: bytes, user: bytes, description: bytes, extension: bytes, size: int) -> dict:
+    entry = dict(zodbpickle.pickle.loads(extension)) if extension else {}
+    entry.update(
+        time=TimeStamp(tid).timeTime(),
+        tid=tid,
+        serial=tid,
+        user_name=user,
+        description=description,
+        size=size,
+        version="",
+    )
+    return entry
+
+
+def _last_result(cursor: psycopg.Cursor) -> psycopg.Cursor:
+    while cursor.description is None and cursor.nextset():
+        pass
+    return cursor
+
+
+def _serial(serial: bytes | str | None) -> int:
+    if not serial:
+        return 0
+    if isinstance(serial, str):  # some callers (ZODB's blob doctests) pass '\0' * 8
+        serial = serial.encode("latin-1")
+    return u64(serial)
+
+
+JsonbStorage.zap_all = JsonbStorage.cleanup  # the name zodbconvert --clear looks for
+
+
+class _Transaction(TransactionRecord):
+    def __init__(self, tid, status, user, description, extension, records: list[DataRecord]):
+        super().__init__(tid, status, user, description, zodbpickle.pickle.loads(extension) if extension else {})
+        self._records = records
+
+    def __iter__(self):
+        return iter(self._records)
+

@@ -1,0 +1,199 @@
+"""The pydantic models of the catalog service's HTTP API.
+
+Both the service and the Plone connector import these, so the two sides cannot drift. Values that
+cross the wire are plain JSON; dates travel as ISO 8601 strings with an offset (the connector turns
+Zope ``DateTime`` and ``datetime`` into those), and the service converts them per index type exactly
+as the matching ZCatalog index would.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+INDEX_TYPES = (
+    "FieldIndex",
+    "KeywordIndex",
+    "BooleanIndex",
+    "UUIDIndex",
+    "DateIndex",
+    "DateRangeIndex",
+    "ExtendedPathIndex",
+    "PathIndex",
+    "ZCTextIndex",
+    "DateRecurringIndex",
+    "GopipIndex",
+)
+
+IndexType = Literal[
+    "FieldIndex",
+    "KeywordIndex",
+    "BooleanIndex",
+    "UUIDIndex",
+    "DateIndex",
+    "DateRangeIndex",
+    "ExtendedPathIndex",
+    "PathIndex",
+    "ZCTextIndex",
+    "DateRecurringIndex",
+    "GopipIndex",
+]
+
+# What the values of a Field/Keyword index are; decides how ranges and sorting compare them.
+ValueType = Literal["text", "number", "boolean", "datetime"]
+
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
+CATALOG_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class IndexDeclaration(Model):
+    """One index, in the shape Plone's catalog.xml declares it."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    type: IndexType
+    # catalog.xml <indexed_attr value="..."/>; defaults to the index name. Only informative for the
+    # service: the client extracts the values.
+    indexed_attrs: list[str] = Field(default_factory=list, max_length=16)
+    # DateRangeIndex: <property name="since_field"/> and until_field.
+    since_field: str | None = None
+    until_field: str | None = None
+    # DateIndex: index_naive_time_as_local (ZCatalog default True).
+    index_naive_time_as_local: bool = True
+    # DateRangeIndex: treat an open end as the far past/future ("floor"/"ceiling" values).
+    precision_value: int | None = None
+    # ZCTextIndex: lexicon pipeline and scoring.
+    lexicon_id: str | None = None
+    index_type: Literal["Okapi BM25 Rank", "Cosine Measure"] = "Okapi BM25 Rank"
+    # Field/Keyword: how ranges and sorts compare values.
+    value_type: ValueType = "text"
+
+
+class CatalogCreate(Model):
+    id: str = Field(pattern=CATALOG_ID_PATTERN)
+    title: str = Field(default="", max_length=500)
+    indexes: list[IndexDeclaration] = Field(default_factory=list, max_length=500)
+    metadata: list[str] = Field(default_factory=list, max_length=500)
+
+
+class SchemaUpdate(Model):
+    """Add (or replace) indexes and metadata columns; remove others by name."""
+
+    indexes: list[IndexDeclaration] = Field(default_factory=list, max_length=500)
+    metadata: list[str] = Field(default_factory=list, max_length=500)
+    remove_indexes: list[str] = Field(default_factory=list, max_length=500)
+    remove_metadata: list[str] = Field(default_factory=list, max_length=500)
+
+
+class CatalogInfo(Model):
+    id: str
+    title: str
+    indexes: list[IndexDeclaration]
+    metadata: list[str]
+    counter: int
+    objects: int
+
+
+class IndexEntry(Model):
+    """Catalog one object: its index values and metadata, keyed by uid.
+
+    ``idxs`` names the indexes to update (Plone's partial reindex); with ``idxs`` set, only those
+    indexes change and the metadata given replaces only the columns given. Without it, all indexes
+    and metadata of the object are replaced.
+    """
+
+    op: Literal["index"] = "index"
+    uid: str = Field(min_length=1, max_length=200)
+    path: str = Field(min_length=1, max_length=4000)
+    values: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    idxs: list[str] | None = None
+    # Per-object version (e.g. the ZODB tid of the change): an older write never replaces a newer one.
+    version: int = 0
+
+
+class UnindexEntry(Model):
+    op: Literal["unindex"]
+    uid: str = Field(min_length=1, max_length=200)
+    version: int = 0
+
+
+class Batch(Model):
+    """All catalog changes of one ZODB transaction."""
+
+    batch_id: str = Field(min_length=1, max_length=200)
+    entries: list[IndexEntry | UnindexEntry] = Field(default_factory=list)
+    # Wipe the catalog's content before applying the entries (clearFindAndRebuild).
+    clear: bool = False
+
+
+class BatchResult(Model):
+    batch_id: str
+    state: Literal["staged", "committed", "aborted"]
+    applied: int
+    skipped_stale: int = 0
+    counter: int
+    # WAL position after the commit: send it back as the X-Catalog-Min-LSN header of later
+    # queries, and a read replica answers them only once it has replayed this far.
+    lsn: str | None = None
+
+
+class SearchRequest(Model):
+    """A ZCatalog query as Plone sends it, plus the page to return.
+
+    ``query`` keeps ZCatalog's shape: ``{"portal_type": "Document"}``,
+    ``{"path": {"query": "/plone/news", "depth": 1}}``, ``sort_on`` / ``sort_order`` /
+    ``sort_limit`` / ``b_start`` / ``b_size`` inside the query or here.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    query: dict[str, Any] = Field(default_factory=dict)
+    metadata: list[str] | Literal["*"] | None = None
+    b_start: int | None = None
+    b_size: int | None = None
+    # Staged batches of the caller's own transaction whose changes the query must see.
+    batch_ids: list[str] = Field(default_factory=list, max_length=16)
+    # Include objects that are not currently effective (Plone's "show inactive"); honoured only
+    # for callers whose credential allows it.
+    show_inactive: bool = False
+    # The last batch the caller knows to be committed in ZODB (the connector keeps its id with the
+    # catalog counter in ZODB). If the service has not committed it yet, the answer says
+    # ``complete: false``: it is correct for an older state only and must not be cached.
+    after_batch: str | None = Field(default=None, max_length=200)
+
+
+class Brain(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    uid: str
+    path: str
+    rid: int
+    score: int | None = None
+
+
+class SearchResult(Model):
+    items_total: int
+    b_start: int
+    b_size: int | None
+    items: list[dict[str, Any]]
+    counter: int
+    # False when ``after_batch`` is not committed in the catalog yet.
+    complete: bool = True
+
+
+class UniqueValues(Model):
+    index: str
+    values: list[Any]
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None

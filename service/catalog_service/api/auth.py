@@ -1,0 +1,123 @@
+"""Who is calling, decided from the credential only.
+
+- the admin token (setting ``admin_token``): operators, connector rights on every catalog;
+- a catalog token: the connector of that catalog; may name principals (``X-Catalog-Principals``),
+  search unrestricted (``X-Catalog-Unrestricted: 1``) and include inactive content;
+- a signed token minted by the connector (``POST /catalogs/{id}/tokens``): a frontend acting for
+  one user, with the principals and expiry the token carries;
+- nothing: Anonymous, effective content only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import time
+from dataclasses import dataclass
+
+import orjson
+
+from ..errors import Forbidden, Unauthorized
+from ..planner.plan import UNRESTRICTED, Security
+from ..store.catalogs import Catalog
+
+ANONYMOUS = ("Anonymous",)
+TOKEN_PREFIX = "cst1."
+
+
+@dataclass(frozen=True)
+class Credential:
+    bearer: str | None
+    principals_header: str | None
+    unrestricted: bool
+
+
+@dataclass(frozen=True)
+class Caller:
+    kind: str  # admin | connector | user | anonymous
+    principals: tuple[str, ...] | None = None
+    show_inactive: bool = False
+
+    @property
+    def trusted(self) -> bool:
+        return self.kind in ("admin", "connector")
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def mint_token(catalog: Catalog, principals: list[str], ttl: int, show_inactive: bool = False) -> str:
+    payload = orjson.dumps({"cat": catalog.name, "p": principals, "exp": int(time.time()) + ttl,
+                            "in": show_inactive})
+    body = _b64(payload)
+    sig = hmac.new(bytes.fromhex(catalog.token_hash), body.encode(), hashlib.sha256).digest()
+    return f"{TOKEN_PREFIX}{body}.{_b64(sig)}"
+
+
+def _verify_token(catalog: Catalog, token: str) -> Caller:
+    try:
+        body, sig = token[len(TOKEN_PREFIX):].split(".")
+        expected = hmac.new(bytes.fromhex(catalog.token_hash), body.encode(), hashlib.sha256).digest()
+        if not hmac.compare_digest(expected, _unb64(sig)):
+            raise Unauthorized("invalid token signature")
+        payload = orjson.loads(_unb64(body))
+    except (ValueError, orjson.JSONDecodeError) as exc:
+        raise Unauthorized("malformed token") from exc
+    if payload.get("cat") != catalog.name:
+        raise Unauthorized("token is for another catalog")
+    if payload.get("exp", 0) < time.time():
+        raise Unauthorized("token expired")
+    principals = payload.get("p")
+    if not isinstance(principals, list) or not all(isinstance(p, str) for p in principals):
+        raise Unauthorized("malformed token")
+    return Caller(kind="user", principals=tuple(principals), show_inactive=bool(payload.get("in")))
+
+
+def identify(credential: Credential, catalog: Catalog | None, admin_token: str) -> Caller:
+    bearer = credential.bearer
+    if not bearer:
+        return Caller(kind="anonymous", principals=ANONYMOUS)
+    if admin_token and hmac.compare_digest(bearer.encode(), admin_token.encode()):
+        return Caller(kind="admin")
+    if catalog is None:
+        raise Unauthorized("unknown credential")
+    if bearer.startswith(TOKEN_PREFIX):
+        return _verify_token(catalog, bearer)
+    if catalog.token_matches(bearer):
+        return Caller(kind="connector")
+    raise Unauthorized("unknown credential")
+
+
+def require_trusted(caller: Caller) -> None:
+    if not caller.trusted:
+        raise Forbidden("this needs the catalog's service credential")
+
+
+def require_admin(caller: Caller) -> None:
+    if caller.kind != "admin":
+        raise Forbidden("this needs the admin credential")
+
+
+def security_for(caller: Caller, credential: Credential, show_inactive: bool, now) -> Security:
+    """The security conditions of a search: from the credential alone."""
+    if caller.trusted:
+        if credential.unrestricted:
+            return UNRESTRICTED
+        principals = ANONYMOUS
+        if credential.principals_header:
+            try:
+                parsed = orjson.loads(credential.principals_header)
+            except orjson.JSONDecodeError as exc:
+                raise Unauthorized("X-Catalog-Principals must be a JSON list of strings") from exc
+            if not isinstance(parsed, list) or not all(isinstance(p, str) for p in parsed) or len(parsed) > 1000:
+                raise Unauthorized("X-Catalog-Principals must be a JSON list of strings")
+            principals = tuple(parsed)
+        return Security(principals=principals, effective_at=None if show_inactive else now)
+    return Security(principals=caller.principals or ANONYMOUS,
+                    effective_at=None if (caller.show_inactive and show_inactive) else now)

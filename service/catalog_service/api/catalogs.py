@@ -1,0 +1,125 @@
+"""/catalogs: create, inspect, change the schema of, clear and drop catalogs."""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter, Depends, Request, Response
+
+from catalog_schemas.api import Batch, CatalogCreate, CatalogInfo, SchemaUpdate, UniqueValues
+
+from ..errors import BadRequest, NotFound
+from ..store import batches
+from ..store.catalogs import Catalog
+from .auth import Credential, identify, mint_token, require_admin, require_trusted
+from .deps import credential, json_response
+
+router = APIRouter(prefix="/catalogs", tags=["catalogs"])
+
+
+async def info(conn, catalog: Catalog, counter: int, registry) -> CatalogInfo:
+    return CatalogInfo(id=catalog.name, title=catalog.title, indexes=list(catalog.declarations),
+                       metadata=list(catalog.metadata), counter=counter,
+                       objects=await registry.count(conn, catalog))
+
+
+async def trusted_catalog(request: Request, name: str, cred: Credential):
+    """Open a connection, load the catalog and check the caller may change it."""
+    state = request.app.state
+    async with state.db.acquire() as conn:
+        catalog, counter = await state.registry.get(conn, name)
+    require_trusted(identify(cred, catalog, state.settings.admin_token))
+    return catalog, counter
+
+
+@router.post("", status_code=201)
+async def create_catalog(spec: CatalogCreate, request: Request, cred: Credential = Depends(credential)):
+    state = request.app.state
+    require_admin(identify(cred, None, state.settings.admin_token))
+    async with state.db.acquire() as conn:
+        catalog, token = await state.registry.create(conn, spec)
+        body = (await info(conn, catalog, 0, state.registry)).model_dump()
+    body["token"] = token
+    return json_response(body, status_code=201)
+
+
+@router.get("/{name}", response_model=CatalogInfo)
+async def get_catalog(name: str, request: Request, cred: Credential = Depends(credential)):
+    catalog, counter = await trusted_catalog(request, name, cred)
+    async with request.app.state.db.acquire() as conn:
+        return await info(conn, catalog, counter, request.app.state.registry)
+
+
+@router.patch("/{name}/schema", response_model=CatalogInfo)
+async def update_schema(name: str, update: SchemaUpdate, request: Request, cred: Credential = Depends(credential)):
+    catalog, counter = await trusted_catalog(request, name, cred)
+    state = request.app.state
+    async with state.db.acquire() as conn:
+        catalog = await state.registry.update_schema(conn, catalog, update)
+        return await info(conn, catalog, counter, state.registry)
+
+
+@router.post("/{name}/clear", status_code=200)
+async def clear_catalog(name: str, request: Request, cred: Credential = Depends(credential)):
+    catalog, _ = await trusted_catalog(request, name, cred)
+    async with request.app.state.db.acquire() as conn:
+        counter = await request.app.state.registry.clear(conn, catalog)
+    return {"id": name, "counter": counter, "objects": 0}
+
+
+@router.delete("/{name}", status_code=204)
+async def drop_catalog(name: str, request: Request, cred: Credential = Depends(credential)):
+    state = request.app.state
+    require_admin(identify(cred, None, state.settings.admin_token))
+    async with state.db.acquire() as conn:
+        catalog, _ = await state.registry.get(conn, name)
+        await state.registry.drop(conn, catalog)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/tokens")
+async def create_token(name: str, body: dict, request: Request, cred: Credential = Depends(credential)):
+    """Mint a signed, expiring token for a frontend acting for one user."""
+    catalog, _ = await trusted_catalog(request, name, cred)
+    principals = body.get("principals")
+    ttl = body.get("ttl", 3600)
+    if not isinstance(principals, list) or not all(isinstance(p, str) for p in principals):
+        raise BadRequest("principals must be a list of strings")
+    if not isinstance(ttl, int) or not 0 < ttl <= 86400:
+        raise BadRequest("ttl must be 1..86400 seconds")
+    return {"token": mint_token(catalog, principals, ttl, bool(body.get("show_inactive"))), "ttl": ttl}
+
+
+@router.get("/{name}/unique/{index}", response_model=UniqueValues)
+async def unique_values(name: str, index: str, request: Request, cred: Credential = Depends(credential)):
+    catalog, _ = await trusted_catalog(request, name, cred)
+    idx = catalog.schema.indexes.get(index)
+    sql = idx.unique_values_sql(catalog.table) if idx is not None else None
+    if sql is None:
+        raise NotFound(f"index {index!r} has no unique values")
+    async with request.app.state.db.acquire() as conn:
+        rows = await conn.fetch(sql)
+        return UniqueValues(index=index, values=[orjson.loads(r["value"]) for r in rows])
+
+
+@router.get("/{name}/objects/{uid:path}")
+async def object_data(name: str, uid: str, request: Request, cred: Credential = Depends(credential)):
+    catalog, _ = await trusted_catalog(request, name, cred)
+    async with request.app.state.db.acquire() as conn:
+        row = await conn.fetchrow(
+            f"select rid, uid, path, (idx || text)::text as idx, meta::text as meta, version from {catalog.table} "
+            f"where uid = $1", uid)
+    if row is None:
+        raise NotFound(f"no object {uid!r} in catalog {name!r}")
+    return json_response({"rid": row["rid"], "uid": row["uid"], "path": row["path"], "version": row["version"],
+                           "indexes": orjson.loads(row["idx"]), "metadata": orjson.loads(row["meta"])})
+
+
+@router.post("/{name}/verify")
+async def verify_objects(name: str, body: dict, request: Request, cred: Credential = Depends(credential)):
+    """Compare objects as the client sees them (index entries, as in a batch) with what the catalog
+    holds, in the catalog's stored form; the answer lists, per uid, what differs."""
+    catalog, _ = await trusted_catalog(request, name, cred)
+    batch = Batch.model_validate({"batch_id": "verify", "entries": body.get("entries", [])})
+    changes = batches.convert(batch, catalog, request.app.state.settings.max_batch_entries)
+    async with request.app.state.db.acquire() as conn:
+        return json_response({"results": await batches.compare(conn, catalog, changes)})

@@ -1,0 +1,52 @@
+"""The one place where errors become RFC 9457 problem details."""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import CatalogError
+
+log = logging.getLogger(__name__)
+MEDIA_TYPE = "application/problem+json"
+
+
+def problem(status: int, title: str, detail: str | None = None, instance: str | None = None, **extra) -> Response:
+    body = {"type": "about:blank", "title": title, "status": status}
+    if detail:
+        body["detail"] = detail
+    if instance:
+        body["instance"] = instance
+    body.update(extra)
+    return Response(orjson.dumps(body, default=str), status_code=status, media_type=MEDIA_TYPE)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(CatalogError)
+    async def catalog_error(request: Request, exc: CatalogError):
+        if exc.status >= 500:
+            log.error("request failed: %s", exc.detail)
+        return problem(exc.status, exc.title, exc.detail, str(request.url.path), **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        errors = [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()[:20]
+        ]
+        return problem(422, "Invalid request", "the request body or parameters do not match the API",
+                       str(request.url.path), errors=errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        return problem(exc.status_code, str(exc.detail), None, str(request.url.path))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error")
+        return problem(500, "Internal server error", "see the service log", str(request.url.path))

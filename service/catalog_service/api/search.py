@@ -1,0 +1,99 @@
+"""Searches: /catalogs/{id}/query for the connector, /search for frontends and other programs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from catalog_schemas.api import SearchRequest, SearchResult
+
+from ..errors import BadRequest, Forbidden
+from ..metrics import QUERIES
+from ..planner.plan import SECURITY_INDEX, Limits
+from ..store.search import Answer, StaleSchema, search
+from .auth import Credential, identify, security_for
+from .deps import credential, limits
+
+router = APIRouter(tags=["search"])
+
+
+async def _search_on(conn, request: Request, name: str, body: SearchRequest, cred: Credential,
+                     lim: Limits) -> Answer:
+    state = request.app.state
+    refresh = False
+    while True:
+        catalog = await state.registry.current(conn, name, refresh=refresh)
+        caller = identify(cred, catalog, state.settings.admin_token)
+        if not caller.trusted:
+            if SECURITY_INDEX in body.query:
+                raise Forbidden(f"{SECURITY_INDEX} is decided by the server, not by the query")
+            if body.batch_ids:
+                raise Forbidden("only the connector may see staged batches")
+        security = security_for(caller, cred, body.show_inactive, datetime.now(UTC))
+        try:
+            return await search(conn, catalog, body, security, lim)
+        except StaleSchema:
+            if refresh:
+                raise
+            refresh = True
+
+
+async def run_search(request: Request, name: str, body: SearchRequest, cred: Credential, lim: Limits) -> Response:
+    state = request.app.state
+    QUERIES.labels(name).inc()
+    pool, conn = await state.db.acquire_read(request.headers.get("x-catalog-min-lsn"))
+    try:
+        answer = await _search_on(conn, request, name, body, cred, lim)
+    finally:
+        await pool.release(conn)
+    if not answer.complete and pool is not state.db.primary:
+        # A replica that has not replayed the caller's last batch yet: ask the primary, so the
+        # caller reads its own writes.
+        async with state.db.acquire() as conn:
+            answer = await _search_on(conn, request, name, body, cred, lim)
+    return Response(answer.body, media_type="application/json")
+
+
+@router.post("/catalogs/{name}/query", response_model=SearchResult)
+async def query_catalog(name: str, body: SearchRequest, request: Request, cred: Credential = Depends(credential),
+                        lim: Limits = Depends(limits)):
+    return await run_search(request, name, body, cred, lim)
+
+
+@router.post("/search", response_model=SearchResult)
+async def search_post(body: SearchRequest, request: Request, catalog: str,
+                      cred: Credential = Depends(credential), lim: Limits = Depends(limits)):
+    return await run_search(request, catalog, body, cred, lim)
+
+
+@router.get("/search", response_model=SearchResult)
+async def search_get(request: Request, catalog: str, cred: Credential = Depends(credential),
+                     lim: Limits = Depends(limits)):
+    """Query string form: ``q`` is a JSON ZCatalog query, or index=value pairs (repeat for lists)."""
+    params = request.query_params
+    query: dict = {}
+    if "q" in params:
+        try:
+            query = orjson.loads(params["q"])
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest("q must be a JSON object") from exc
+        if not isinstance(query, dict):
+            raise BadRequest("q must be a JSON object")
+    control = {"catalog", "q", "b_start", "b_size", "metadata"}
+    for key in params:
+        if key not in control:
+            values = params.getlist(key)
+            query[key] = values if len(values) > 1 else values[0]
+    try:
+        body = SearchRequest(
+            query=query,
+            b_start=int(params["b_start"]) if "b_start" in params else None,
+            b_size=int(params["b_size"]) if "b_size" in params else None,
+            metadata=params.getlist("metadata") or None,
+        )
+    except ValueError as exc:
+        raise BadRequest("b_start and b_size must be integers") from exc
+    return await run_search(request, catalog, body, cred, lim)

@@ -1,0 +1,97 @@
+"""The FastAPI application: lifespan opens the database, routers do the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+
+from . import logs
+from .api import batches, catalogs, health, problems, search
+from .db import resolve_dsn
+from .metrics import LATENCY, REQUESTS, RESOLVED
+from .settings import Settings, get_settings
+from .store.batches import resolve_expired
+from .store.catalogs import CatalogRegistry
+from .store.database import Database
+from .store.migrations import migrate
+
+log = logging.getLogger("catalog_service")
+
+
+async def _resolver(app: FastAPI) -> None:
+    """Resolve staged batches left behind by crashed clients, now and then."""
+    settings: Settings = app.state.settings
+    interval = max(1.0, min(60.0, settings.staged_batch_ttl / 4))
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            async with app.state.db.acquire() as conn:
+                for catalog, batch_id, outcome in await resolve_expired(conn, settings.staged_batch_ttl):
+                    RESOLVED.labels(outcome).inc()
+                    log.warning("resolved expired batch %s of %s: %s", batch_id, catalog, outcome)
+        except Exception:
+            log.exception("batch resolver failed")
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    settings: Settings = app.state.settings
+    dsn = await asyncio.to_thread(resolve_dsn, settings)
+    db = Database(settings, dsn)
+    await db.open()
+    if settings.migrate_on_start:
+        async with db.acquire() as conn:
+            applied = await migrate(conn)
+            if applied:
+                log.info("migrations applied: %s", ", ".join(applied))
+    app.state.db = db
+    resolver = asyncio.create_task(_resolver(app))
+    try:
+        yield
+    finally:
+        resolver.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await resolver
+        await db.close()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(
+        title="Plone catalog service",
+        version="0.1.0",
+        description="Plone's portal_catalog in PostgreSQL, queried in ZCatalog's language.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.registry = CatalogRegistry()
+    problems.install(app)
+    for module in (health, catalogs, batches, search):
+        app.include_router(module.router)
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next):
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        name = getattr(route, "path", "unmatched")
+        elapsed = time.perf_counter() - started
+        REQUESTS.labels(name, request.method, str(response.status_code)).inc()
+        LATENCY.labels(name).observe(elapsed)
+        if response.status_code >= 500 or elapsed > 1.0:
+            log.warning("slow or failed request", extra={"route": name, "status": response.status_code,
+                                                        "ms": round(elapsed * 1000, 2)})
+        return response
+
+    return app
+
+
+def app_factory() -> FastAPI:
+    settings = get_settings()
+    logs.configure(settings.log_level, settings.log_json)
+    return create_app(settings)

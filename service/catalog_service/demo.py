@@ -1,0 +1,151 @@
+"""Plone's standard catalog declarations and a generator of Plone-like content.
+
+Used by ``catalog-service demo`` (and ``serve --demo``) and by the benchmarks: a site ``/plone``
+with folders, documents, news items and events, workflow states, sharing, dates, subjects and
+searchable text, with the index values a Plone connector would send.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+from catalog_schemas.api import CatalogCreate, IndexDeclaration
+
+I = IndexDeclaration  # noqa: E741 - a table of declarations reads better short
+
+PLONE_INDEXES = [
+    I(name="allowedRolesAndUsers", type="KeywordIndex"),
+    I(name="Creator", type="FieldIndex"),
+    I(name="Date", type="DateIndex"),
+    I(name="Description", type="ZCTextIndex", lexicon_id="plone_lexicon"),
+    I(name="SearchableText", type="ZCTextIndex", lexicon_id="plone_lexicon"),
+    I(name="Subject", type="KeywordIndex"),
+    I(name="Title", type="ZCTextIndex", lexicon_id="plone_lexicon"),
+    I(name="Type", type="FieldIndex"),
+    I(name="UID", type="UUIDIndex"),
+    I(name="created", type="DateIndex"),
+    I(name="effective", type="DateIndex"),
+    I(name="effectiveRange", type="DateRangeIndex", since_field="effective", until_field="expires"),
+    I(name="end", type="DateIndex"),
+    I(name="exclude_from_nav", type="BooleanIndex"),
+    I(name="expires", type="DateIndex"),
+    I(name="getId", type="FieldIndex"),
+    I(name="getObjPositionInParent", type="GopipIndex"),
+    I(name="getRawRelatedItems", type="KeywordIndex"),
+    I(name="id", type="FieldIndex"),
+    I(name="is_default_page", type="BooleanIndex"),
+    I(name="is_folderish", type="BooleanIndex"),
+    I(name="meta_type", type="FieldIndex"),
+    I(name="modified", type="DateIndex"),
+    I(name="object_provides", type="KeywordIndex"),
+    I(name="path", type="ExtendedPathIndex"),
+    I(name="portal_type", type="FieldIndex"),
+    I(name="review_state", type="FieldIndex"),
+    I(name="sortable_title", type="FieldIndex"),
+    I(name="start", type="DateRecurringIndex"),
+    I(name="sync_uid", type="FieldIndex"),
+    I(name="total_comments", type="FieldIndex", value_type="number"),
+]
+
+PLONE_METADATA = [
+    "CreationDate", "Creator", "Date", "Description", "EffectiveDate", "ExpirationDate", "ModificationDate",
+    "Subject", "Title", "Type", "UID", "created", "effective", "end", "exclude_from_nav", "expires",
+    "getIcon", "getId", "getObjSize", "getRemoteUrl", "id", "is_folderish", "listCreators", "location",
+    "meta_type", "mime_type", "modified", "portal_type", "review_state", "start", "total_comments",
+]
+
+WORDS = ["plone", "zope", "catalog", "search", "index", "folder", "document", "news", "event", "image", "file", "page", "site", "content", "portal", "python", "postgres", "query", "result", "sort", "order", "path", "depth", "title", "description", "keyword", "subject", "date", "range", "garden", "river", "mountain", "city", "music", "library", "school", "market", "harbour", "museum", "theatre", "station", "bridge", "café", "über", "straße", "naïve", "résumé", "façade", "ångström", "smörgåsbord", "jalapeño", "crème", "brûlée"]
+TYPES = [("Document", 0.55), ("News Item", 0.2), ("Event", 0.1), ("File", 0.1), ("Image", 0.05)]
+STATES = [("published", 0.6), ("private", 0.3), ("pending", 0.1)]
+USERS = ["admin", "editor", "joe", "anna", "li.wei", "søren"]
+
+
+def plone_catalog(name: str = "demo", title: str = "Demo site") -> CatalogCreate:
+    return CatalogCreate(id=name, title=title, indexes=PLONE_INDEXES, metadata=PLONE_METADATA)
+
+
+def _pick(rnd: random.Random, table):
+    x = rnd.random()
+    for value, weight in table:
+        x -= weight
+        if x <= 0:
+            return value
+    return table[-1][0]
+
+
+def _iso(dt: datetime) -> str:
+    return dt.isoformat()
+
+
+def objects(count: int, seed: int = 1, site: str = "/plone") -> Iterator[dict]:
+    """``count`` index entries (as JSON-ready dicts): folders of about 100 items each."""
+    rnd = random.Random(seed)
+    base = datetime(2020, 1, 1, tzinfo=UTC)
+    folders = max(1, count // 100)
+    positions: dict[str, int] = {}
+    for i in range(count):
+        if i < folders:
+            parent, oid, portal_type, folderish = site, f"folder-{i}", "Folder", True
+        else:
+            parent = f"{site}/folder-{rnd.randrange(folders)}"
+            portal_type, folderish = _pick(rnd, TYPES), False
+            oid = f"{portal_type.lower().replace(' ', '-')}-{i}"
+        path = f"{parent}/{oid}"
+        position = positions.get(parent, 0)
+        positions[parent] = position + 1
+        state = "published" if folderish else _pick(rnd, STATES)
+        owner = rnd.choice(USERS)
+        allowed = ["Anonymous"] if state == "published" else ["Manager", "Site Administrator", "Owner",
+                                                              f"user:{owner}", "Reviewer" if state == "pending" else "Editor"]
+        created = base + timedelta(minutes=rnd.randrange(0, 60 * 24 * 365 * 5))
+        modified = created + timedelta(minutes=rnd.randrange(0, 60 * 24 * 90))
+        effective = created if state == "published" else None
+        expires = (created + timedelta(days=rnd.randrange(30, 900))) if rnd.random() < 0.05 else None
+        words = [rnd.choice(WORDS) for _ in range(rnd.randrange(3, 40))]
+        title = " ".join(words[:rnd.randrange(1, 5)]).capitalize() + f" {i}"
+        subjects = sorted({rnd.choice(WORDS[:20]) for _ in range(rnd.randrange(0, 4))})
+        uid = f"{seed:04x}{i:028x}"
+        values = {
+            "allowedRolesAndUsers": allowed,
+            "Creator": owner,
+            "Date": _iso(effective or modified),
+            "Description": " ".join(words[:10]),
+            "SearchableText": f"{oid} {title} " + " ".join(words),
+            "Subject": subjects,
+            "Title": title,
+            "Type": portal_type,
+            "UID": uid,
+            "created": _iso(created),
+            "effective": _iso(effective) if effective else None,
+            "effectiveRange": [_iso(effective) if effective else None, _iso(expires) if expires else None],
+            "exclude_from_nav": False,
+            "expires": _iso(expires) if expires else None,
+            "getId": oid,
+            "getObjPositionInParent": position,
+            "id": oid,
+            "is_default_page": False,
+            "is_folderish": folderish,
+            "meta_type": "Dexterity Container" if folderish else "Dexterity Item",
+            "modified": _iso(modified),
+            "object_provides": ["plone.dexterity.interfaces.IDexterityContent"]
+            + (["plone.dexterity.interfaces.IDexterityContainer"] if folderish else []),
+            "path": path,
+            "portal_type": portal_type,
+            "review_state": state,
+            "sortable_title": title.lower()[:40],
+            "total_comments": rnd.randrange(0, 5),
+        }
+        if portal_type == "Event":
+            start = created + timedelta(days=rnd.randrange(0, 400))
+            weekly = rnd.random() < 0.3
+            values["start"] = {"start": _iso(start), "recurrence": "RRULE:FREQ=WEEKLY;COUNT=10" if weekly else None}
+            values["end"] = _iso(start + timedelta(hours=2))
+        metadata = {
+            "Title": title, "Description": values["Description"], "portal_type": portal_type,
+            "review_state": state, "UID": uid, "getId": oid, "id": oid, "Creator": owner,
+            "is_folderish": folderish, "modified": {"@DateTime": _iso(modified)},
+            "created": {"@DateTime": _iso(created)}, "Subject": subjects, "exclude_from_nav": False,
+        }
+        yield {"op": "index", "uid": uid, "path": path, "values": values, "metadata": metadata, "version": 1}

@@ -1,0 +1,55 @@
+"""One error tree for the service; ``api.problems`` maps it to RFC 9457 problem details."""
+
+from __future__ import annotations
+
+
+class CatalogError(Exception):
+    status = 500
+    title = "Catalog error"
+
+    def __init__(self, detail: str = "", **extra):
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+
+class QueryError(CatalogError):
+    """The query cannot be answered as given (ZCatalog would raise, or a limit is exceeded)."""
+
+    status = 400
+    title = "Invalid query"
+
+
+class BadRequest(CatalogError):
+    status = 400
+    title = "Bad request"
+
+
+class LimitExceeded(QueryError):
+    status = 422
+    title = "Limit exceeded"
+
+
+class Unauthorized(CatalogError):
+    status = 401
+    title = "Unauthorized"
+
+
+class Forbidden(CatalogError):
+    status = 403
+    title = "Forbidden"
+
+
+class NotFound(CatalogError):
+    status = 404
+    title = "Not found"
+
+
+class Conflict(CatalogError):
+    status = 409
+    title = "Conflict"
+
+
+class Unavailable(CatalogError):
+    status = 503
+    title = "Service unavailable"

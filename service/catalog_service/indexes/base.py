@@ -1,0 +1,121 @@
+"""What every index type knows: how to store its values, and how to turn its query part into SQL.
+
+An index type mirrors one ZCatalog index class. ``stored`` turns a wire value into what goes into
+the object's ``idx`` JSONB document under the index name (or ``MISSING``: ZCatalog would not index
+the object); ``condition`` turns the parsed query part into an SQL boolean over the row alias ``o``;
+``sort_expr`` is what ``sort_on`` orders by; ``ddl`` creates the expression indexes on the
+catalog's partition that make the conditions fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from catalog_schemas.api import IndexDeclaration
+
+from ..errors import BadRequest, QueryError
+from ..planner.sql import Params, quote_literal_name
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+class BadValue(BadRequest):
+    """A value sent for indexing that this index type cannot hold."""
+
+    status = 422
+    title = "Invalid index value"
+
+
+@dataclass
+class IndexQuery:
+    """One index's part of a query, as ZCatalog's ``IndexQuery`` parses it."""
+
+    name: str
+    keys: list[Any]
+    operator: str = "or"
+    options: dict[str, Any] = field(default_factory=dict)
+    # True when the index's query was a bare list (ZCatalog's make_query sorts those).
+    from_list: bool = False
+
+    def get(self, option: str, default: Any = None) -> Any:
+        return self.options.get(option, default)
+
+
+@dataclass
+class QueryContext:
+    """What a condition may need besides its own query part."""
+
+    params: Params
+    catalog_id: int
+    table: str
+    # Index names present in the query, in the order ZCatalog applies them.
+    applied: list[str] = field(default_factory=list)
+
+    def is_first(self, name: str) -> bool:
+        return bool(self.applied) and self.applied[0] == name
+
+
+class Index:
+    type_name: ClassVar[str] = ""
+    query_options: ClassVar[tuple[str, ...]] = ("query",)
+    operators: ClassVar[tuple[str, ...]] = ("or", "and")
+    default_operator: ClassVar[str] = "or"
+    sortable: ClassVar[bool] = False
+    # False for indexes that never parse their query (ZCatalog's non-IQueryIndex ones).
+    checks_options: ClassVar[bool] = True
+
+    def __init__(self, decl: IndexDeclaration):
+        self.decl = decl
+        self.name = decl.name
+        self.key = quote_literal_name(decl.name)
+
+    # -- storage ---------------------------------------------------------------------------
+    def stored(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def ddl(self, table: str) -> list[str]:
+        return []
+
+    # -- queries ---------------------------------------------------------------------------
+    def condition(self, q: IndexQuery, ctx: QueryContext) -> str:
+        raise NotImplementedError
+
+    def sort_expr(self) -> str:
+        raise QueryError(
+            f"The index chosen for sort_on is not capable of being used as a sort index: {self.name!r}"
+        )
+
+    def unique_values_sql(self, table: str) -> str | None:
+        """SQL returning one column ``value`` (jsonb) of distinct values, or None."""
+        return None
+
+    # -- helpers ---------------------------------------------------------------------------
+    @property
+    def json(self) -> str:
+        """The index's value in the row's JSONB document."""
+        return f"(o.idx->{self.key})"
+
+    @property
+    def has_value(self) -> str:
+        return f"(o.idx ? {self.key})"
+
+    def index_name(self, table: str, suffix: str) -> str:
+        return index_ident(table, self.name, suffix)
+
+
+def index_ident(table: str, index: str, suffix: str) -> str:
+    """Name of an expression index; PostgreSQL cuts names at 63 bytes, so long ones get a hash."""
+    name = f"{table}_{index}_{suffix}"
+    if len(name) <= 63:
+        return name
+    import hashlib
+
+    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+    return f"{table}_{index[:30]}_{digest}_{suffix}"

@@ -1,0 +1,127 @@
+"""BooleanIndex, DateRangeIndex and GopipIndex."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import QueryError
+from .base import MISSING, Index, IndexQuery, QueryContext
+from .dates import BadDate, epoch_minutes
+
+
+def first_key(q: IndexQuery) -> Any:
+    """ZCatalog's make_query sorts a bare list before an index reads its first key."""
+    keys = q.keys
+    if q.from_list:
+        try:
+            keys = sorted(keys)
+        except TypeError as exc:
+            raise QueryError(f"index {q.name!r}: query values are not comparable: {keys!r}") from exc
+    return keys[0]
+
+
+class BooleanIndex(Index):
+    """True/False per object; None counts as False, a missing attribute is not indexed."""
+
+    type_name = "BooleanIndex"
+    query_options = ("query",)
+    sortable = True
+
+    def stored(self, value: Any) -> Any:
+        return bool(value)
+
+    def condition(self, q: IndexQuery, ctx: QueryContext) -> str:
+        if not q.keys:
+            return "false"
+        wanted = "true" if bool(first_key(q)) else "false"
+        return f"({self.json} = '{wanted}'::jsonb)"
+
+    def sort_expr(self) -> str:
+        return f"(({self.json})::boolean)"
+
+    def ddl(self, table: str) -> list[str]:
+        return [f"create index if not exists {self.index_name(table, 'v')} on {table} (((idx->{self.key})::boolean))"]
+
+    def unique_values_sql(self, table: str) -> str:
+        return (f"select distinct ({self.json})::boolean as sortkey, {self.json} as value from {table} o "
+                f"where o.idx ? {self.key} order by 1")
+
+
+class DateRangeIndex(Index):
+    """[since, until] in minutes since the epoch; an open end is null. Every object is indexed."""
+
+    type_name = "DateRangeIndex"
+    query_options = ("query",)
+    floor_value = -510162480
+    ceiling_value = 278751600
+
+    def __init__(self, decl):
+        super().__init__(decl)
+        self.precision = decl.precision_value or 1
+
+    def _minutes(self, value: Any) -> int | None:
+        if value is None:
+            return None
+        minutes = epoch_minutes(value, self.precision)
+        if minutes > self.ceiling_value or minutes < self.floor_value:
+            return None
+        return minutes
+
+    def stored(self, value: Any) -> Any:
+        if value is None:
+            return [None, None]
+        if not isinstance(value, list) or len(value) != 2:
+            from .base import BadValue
+
+            raise BadValue(f"index {self.name!r} takes [since, until], got {value!r}")
+        try:
+            return [self._minutes(value[0]), self._minutes(value[1])]
+        except BadDate as exc:
+            from .base import BadValue
+
+            raise BadValue(f"index {self.name!r}: {exc.detail}") from exc
+
+    def term(self, value: Any) -> int:
+        term = self._minutes(value)
+        if term is None:
+            raise QueryError(f"index {self.name!r}: a date within the indexable range is required")
+        return term
+
+    def covers(self, term_sql: str) -> str:
+        since = f"(o.idx->{self.key}->>0)::bigint"
+        until = f"(o.idx->{self.key}->>1)::bigint"
+        return f"(coalesce({since} <= {term_sql}, true) and coalesce({until} >= {term_sql}, true))"
+
+    def condition(self, q: IndexQuery, ctx: QueryContext) -> str:
+        if not q.keys:
+            raise QueryError(f"index {self.name!r}: a date is required")
+        return self.covers(ctx.params.add(self.term(first_key(q)), "bigint"))
+
+    def sort_expr(self) -> str:
+        # ZCatalog sorts by the (since, until) tuple; nulls (open ends) are None, which Python 3
+        # cannot compare, so ZCatalog itself only sorts catalogs without open ends.
+        return f"catalog_int_array(o.idx->{self.key})"
+
+
+class GopipIndex(Index):
+    """Position in the parent folder: sorts, but is not queryable (plone.folder's GopipIndex
+    answers every query with nothing)."""
+
+    type_name = "GopipIndex"
+    sortable = True
+    checks_options = False
+
+    def stored(self, value: Any) -> Any:
+        if value is None or isinstance(value, bool) or not isinstance(value, int):
+            return MISSING
+        return value
+
+    def condition(self, q: IndexQuery, ctx: QueryContext) -> str:
+        return "false"
+
+    def sort_expr(self) -> str:
+        return f"((o.idx->>{self.key})::bigint)"
+
+    def ddl(self, table: str) -> list[str]:
+        return [f"create index if not exists {self.index_name(table, 'p')} on {table} "
+                f"(parent, ((idx->>{self.key})::bigint))"]

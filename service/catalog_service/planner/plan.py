@@ -1,0 +1,324 @@
+"""Plan a search: (ZCatalog query, catalog schema, limits, security) -> SQL text and parameters.
+
+Mirrors ``Products.ZCatalog.Catalog.searchResults``: each index named in the query contributes a
+condition (``indexes/``), the conditions intersect, ``sort_on``/``sort_order``/``sort_limit`` and
+``b_start``/``b_size`` shape the page. The SQL text depends only on the query's shape; values are
+parameters. Security conditions come from ``Security``, which the API layer builds from the
+caller's credential, never from the query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..errors import LimitExceeded, QueryError
+from ..indexes import Index, IndexQuery, QueryContext
+from ..indexes.simple import DateRangeIndex
+from ..indexes.text import ZCTextIndex
+from .sql import Params, all_of
+
+# Query keys that are not index names (ZCatalog reads them from the same mapping).
+RESERVED = frozenset({
+    "sort_on", "sort_order", "sort_limit", "sort-on", "sort-order", "sort-limit",
+    "b_start", "b_size",
+})
+SECURITY_INDEX = "allowedRolesAndUsers"
+EFFECTIVE_INDEX = "effectiveRange"
+
+
+@dataclass(frozen=True)
+class CatalogSchema:
+    catalog_id: int
+    table: str
+    indexes: dict[str, Index]
+    metadata: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_b_size: int = 5000
+    max_unbatched: int = 100000
+    max_list_length: int = 1000
+    max_text_length: int = 1000
+    max_query_terms: int = 64
+
+
+@dataclass(frozen=True)
+class Security:
+    """Who is asking. ``principals`` None means unrestricted (the connector's
+    unrestrictedSearchResults); ``effective_at`` None means inactive content is included."""
+
+    principals: tuple[str, ...] | None
+    effective_at: datetime | None
+
+
+UNRESTRICTED = Security(principals=None, effective_at=None)
+
+
+@dataclass
+class SearchPlan:
+    sql: str
+    params: list[Any]
+    # The total; it uses only the first parameters of ``params``, so it runs in the same statement.
+    count_sql: str
+    b_start: int
+    b_size: int | None
+    empty: bool = False
+    ignored: list[str] = field(default_factory=list)
+    # A query error ZCatalog raises only if the indexes before it found something: check that
+    # with precheck_sql; if nothing matches, the answer is empty instead.
+    deferred_error: QueryError | None = None
+    precheck_sql: str = ""
+    precheck_params: list[Any] = field(default_factory=list)
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _int_option(query: dict, name: str, default: int | None) -> int | None:
+    value = query.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise QueryError(f"{name} must be an integer")
+    try:
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise QueryError(f"{name} must be an integer, got {value!r}") from exc
+    if number < 0:
+        raise QueryError(f"{name} must not be negative")
+    return number
+
+
+def parse_index_query(query: dict, index: Index) -> IndexQuery:
+    """ZCatalog's IndexQuery: keys from ``query``, options validated against the index's own."""
+    name = index.name
+    param = query[name]
+    options: dict[str, Any] = {}
+    from_list = False
+    if isinstance(param, dict):
+        raw = param.get("query", ())
+        keys = list(raw) if isinstance(raw, list | tuple) else [raw]
+        for option, value in param.items():
+            if option != "query":
+                options[option] = value
+    else:
+        if isinstance(param, list | tuple):
+            keys, from_list = list(param), True
+        else:
+            keys = [param]
+        # Old-style options: {"path": "/a", "path_depth": 1}.
+        prefix = name + "_"
+        for field_name, value in query.items():
+            if field_name.startswith(prefix) and field_name not in RESERVED:
+                options[field_name[len(prefix):]] = value
+    for option in options:
+        if index.checks_options and option not in index.query_options:
+            raise QueryError(f"index {name!r}: option {option!r} is not valid")
+    operator = index.default_operator
+    if "operator" in options and index.checks_options:
+        operator = options.pop("operator")
+        if not isinstance(operator, str) or operator.lower() not in index.operators:
+            raise QueryError(f"index {name!r}: operator {operator!r} is not valid")
+        operator = operator.lower()
+    if "not" in options and options["not"] is not None:
+        options["not"] = _as_list(options["not"])
+    return IndexQuery(name=name, keys=keys, operator=operator, options=options, from_list=from_list)
+
+
+def _check_sizes(value: Any, limits: Limits, where: str, depth: int = 0) -> None:
+    if depth > 4:
+        raise LimitExceeded(f"{where}: query nested too deeply")
+    if isinstance(value, list | tuple):
+        if len(value) > limits.max_list_length:
+            raise LimitExceeded(f"{where}: {len(value)} values, at most {limits.max_list_length} allowed")
+        for item in value:
+            _check_sizes(item, limits, where, depth + 1)
+    elif isinstance(value, dict):
+        if len(value) > 16:
+            raise LimitExceeded(f"{where}: too many options")
+        for item in value.values():
+            _check_sizes(item, limits, where, depth + 1)
+    elif isinstance(value, str) and len(value) > limits.max_text_length:
+        raise LimitExceeded(f"{where}: a value of {len(value)} characters, at most {limits.max_text_length} allowed")
+
+
+def _sort_spec(query: dict, schema: CatalogSchema) -> list[tuple[Index, bool]]:
+    names = query.get("sort-on", query.get("sort_on"))
+    if names is None:
+        return []
+    names = _as_list(names)
+    if not names or len(names) > 8:
+        raise QueryError("sort_on takes one to eight index names")
+    indexes = []
+    for name in names:
+        if not isinstance(name, str) or name not in schema.indexes:
+            raise QueryError(f"Unknown sort_on index: {name!r}")
+        indexes.append(schema.indexes[name])
+    order = query.get("sort-order", query.get("sort_order"))
+    orders = [""] if order is None else _as_list(order)
+    if not all(isinstance(o, str) for o in orders):
+        raise QueryError("sort_order takes strings")
+    reverse = [o.lower() in ("reverse", "descending") for o in orders]
+    # ZCatalog: one order applies to every key; with several, keys without one follow the first.
+    spec = [reverse[i] if i < len(reverse) else reverse[0] for i in range(len(indexes))]
+    return list(zip(indexes, spec, strict=True))
+
+
+def application_order(names: list[str], schema: CatalogSchema) -> list[str]:
+    """The order ZCatalog applies indexes in: unlimited-result indexes (text) first, then by name."""
+    return sorted(names, key=lambda n: (not isinstance(schema.indexes[n], ZCTextIndex), n))
+
+
+def plan_search(
+    query: dict[str, Any],
+    schema: CatalogSchema,
+    limits: Limits,
+    security: Security,
+    batch_ids: list[str] | tuple[str, ...] = (),
+    metadata: list[str] | None = None,
+    b_start: int | None = None,
+    b_size: int | None = None,
+) -> SearchPlan:
+    if not isinstance(query, dict):
+        raise QueryError("a query is a mapping of index names to values")
+    params = Params()
+    source = _source(schema, batch_ids, params)
+    index_names = []
+    ignored = []
+    for key, value in query.items():
+        if key in RESERVED:
+            continue
+        if key in schema.indexes:
+            _check_sizes(value, limits, key)
+            index_names.append(key)
+        else:
+            ignored.append(key)
+    if len(index_names) > limits.max_query_terms:
+        raise LimitExceeded(f"{len(index_names)} indexes queried, at most {limits.max_query_terms}")
+
+    applied = list(index_names)
+    if security.principals is not None and SECURITY_INDEX not in applied:
+        applied.append(SECURITY_INDEX)
+    effective = schema.indexes.get(EFFECTIVE_INDEX)
+    if security.effective_at is not None and isinstance(effective, DateRangeIndex) and EFFECTIVE_INDEX not in applied:
+        applied.append(EFFECTIVE_INDEX)
+    ctx = QueryContext(params=params, catalog_id=schema.catalog_id, table=source,
+                       applied=application_order([n for n in applied if n in schema.indexes], schema))
+
+    def conditions_of(name: str) -> list[str]:
+        found = []
+        if name in index_names:
+            index = schema.indexes[name]
+            iq = parse_index_query(query, index)
+            if name == SECURITY_INDEX:
+                found.append(_principals_condition(iq, params))
+            else:
+                found.append(index.condition(iq, ctx))
+        if name == SECURITY_INDEX and security.principals is not None:
+            found.append(f"(o.allowed && {params.add(list(security.principals), 'text[]')})")
+        if name == EFFECTIVE_INDEX and security.effective_at is not None and isinstance(effective, DateRangeIndex):
+            found.append(effective.covers(params.add(effective.term(security.effective_at.isoformat()), "bigint")))
+        return found
+
+    # In ZCatalog's order: an index whose query is invalid raises only if the indexes applied
+    # before it left some result (Catalog.search stops at the first empty one).
+    conditions: list[str] = []
+    order = ctx.applied + [n for n in (SECURITY_INDEX, EFFECTIVE_INDEX) if n not in ctx.applied]
+    for name in order:
+        used = len(params.values)
+        try:
+            conditions.extend(conditions_of(name))
+        except QueryError as exc:
+            if not conditions:
+                raise
+            # Only the parameters of the conditions before this one (it may have added some).
+            return SearchPlan(sql="", params=[], count_sql="", b_start=0, b_size=None,
+                              deferred_error=exc,
+                              precheck_sql=f"select exists (select 1 from {source} o where {all_of(conditions)})",
+                              precheck_params=list(params.values[:used]))
+
+    sort = _sort_spec(query, schema)
+    order_terms = []
+    for index, desc in sort:
+        expr = index.sort_expr()
+        conditions.append(f"({expr}) is not null")  # ZCatalog drops objects without a sort key
+        order_terms.append(f"{expr} {'desc' if desc else 'asc'}")
+    # The count uses the conditions only: its parameters are those added so far.
+    where = all_of(conditions)
+    count_sql = f"select count(*) from {source} o where {where}"
+
+    score_sql = "null::integer"
+    if not sort:
+        # Without sort_on, a text query orders by relevance (ZCatalog: score, then higher rid).
+        scores = []
+        for name in index_names:
+            index = schema.indexes[name]
+            if isinstance(index, ZCTextIndex):
+                score = index.score(parse_index_query(query, index), ctx)
+                if score is not None:
+                    scores.append(score)
+        if scores:
+            score_sql = "(" + " + ".join(scores) + ")"
+            order_terms.insert(0, "score desc")
+    first_desc = sort[0][1] if sort else score_sql != "null::integer"
+    order_terms.append(f"o.rid {'desc' if first_desc else 'asc'}")
+
+    size = b_size if b_size is not None else _int_option(query, "b_size", None)
+    sort_limit = _int_option(query, "sort-limit", None)
+    if sort_limit is None:
+        sort_limit = _int_option(query, "sort_limit", None)
+    if size is None and sort_limit:
+        size = sort_limit
+    # ZCatalog reads b_start always but slices only with a batch size: alone it changes nothing.
+    query_start = _int_option(query, "b_start", 0)
+    start = b_start if b_start is not None else (query_start if size is not None else 0)
+    if size == 0 and len(sort) == 1 and b_size is None:
+        raise QueryError("b_size 0 with sort_on fails in ZCatalog; ask for at least one item")
+    if size is not None and size > limits.max_b_size:
+        raise LimitExceeded(f"b_size {size} is larger than the maximum {limits.max_b_size}")
+    limit = size if size is not None else limits.max_unbatched
+
+    meta_sql = "o.meta::text"
+    if metadata is not None:
+        meta_sql = (f"(select coalesce(jsonb_object_agg(k, o.meta->k), '{{}}') from "
+                    f"unnest({params.add(list(metadata), 'text[]')}) k where o.meta ? k)::text")
+    limit_p = params.add(limit, "bigint")
+    offset_p = params.add(start, "bigint")
+    # The page alone: ORDER BY + LIMIT can walk a sort index and stop early, and PostgreSQL
+    # computes the metadata text only for the rows of the page. The total is count_sql.
+    sql = (f"select o.rid, o.uid, o.path, {meta_sql} as meta, {score_sql} as score "
+           f"from {source} o where {where} order by {', '.join(order_terms)} "
+           f"limit {limit_p} offset {offset_p}")
+    return SearchPlan(sql=sql, params=params.values, count_sql=count_sql,
+                      b_start=start, b_size=size, empty=not applied, ignored=ignored)
+
+
+def _principals_condition(iq: IndexQuery, params: Params) -> str:
+    keys = [k for k in iq.keys if isinstance(k, str)]
+    if iq.options:
+        raise QueryError(f"index {SECURITY_INDEX!r}: only plain values are supported")
+    if iq.operator == "and":
+        return f"(o.allowed @> {params.add(keys, 'text[]')})"
+    return f"(o.allowed && {params.add(keys, 'text[]')})"
+
+
+COLUMNS = "rid, uid, path, parent, depth, allowed, idx, text, meta"
+
+
+def _source(schema: CatalogSchema, batch_ids, params: Params) -> str:
+    """The catalog's rows, or the rows as the named staged batches would leave them."""
+    if not batch_ids:
+        return schema.table
+    cat = params.add(schema.catalog_id, "integer")
+    batches = params.add(list(batch_ids), "text[]")
+    return (
+        f"(select {COLUMNS} from {schema.table} t where not exists (select 1 from catalog_staged s "
+        f"where s.catalog_id = {cat} and s.batch_id = any({batches}) and s.uid = t.uid) "
+        f"union all select {COLUMNS} from (select distinct on (s.uid) s.op, {COLUMNS} "
+        f"from catalog_staged s where s.catalog_id = {cat} and s.batch_id = any({batches}) "
+        f"order by s.uid, array_position({batches}, s.batch_id) desc, s.seq desc) s where s.op = 'index')"
+    )

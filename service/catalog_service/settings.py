@@ -1,0 +1,53 @@
+"""All settings of the service, in one class; each can be set from the environment (prefix ``CATALOG_``)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CATALOG_", env_file=".env", extra="ignore")
+
+    # PostgreSQL. Also read from the plain DATABASE_URL. Empty: start an embedded PostgreSQL.
+    database_url: str = Field(default="", validation_alias="DATABASE_URL")
+    # Optional read replica(s) for queries; writes always go to database_url.
+    replica_urls: list[str] = Field(default_factory=list)
+    # Where the embedded PostgreSQL keeps its data when no database_url is given.
+    embedded_pgdata: Path = Path(".pgdata/service")
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    pool_min_size: int = 2
+    pool_max_size: int = 10
+    # Disable asyncpg's statement cache behind PgBouncer in transaction mode.
+    statement_cache_size: int = 512
+    # Seconds a statement may run before PostgreSQL cancels it.
+    statement_timeout: float = 10.0
+
+    # Bearer token of operators: create/drop catalogs, and connector rights on every catalog.
+    admin_token: str = ""
+    # Run migrations at start-up (the `migrate` command does the same on demand).
+    migrate_on_start: bool = True
+
+    # Limits: a query past these gets a 4xx, never a slow scan.
+    max_b_size: int = 5000
+    max_unbatched: int = 100000
+    max_list_length: int = 1000
+    max_text_length: int = 1000
+    max_batch_entries: int = 100000
+    max_query_terms: int = 64
+    max_recurrence_occurrences: int = 1000
+    # Staged batches not committed or aborted in this many seconds are resolved (or dropped).
+    staged_batch_ttl: float = 900.0
+
+    log_level: str = "info"
+    log_json: bool = True
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

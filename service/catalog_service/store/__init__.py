@@ -1,0 +1,1 @@
+"""PostgreSQL access: pool, migrations, catalogs, batches, searches."""

@@ -1,0 +1,464 @@
+"""Index batches: one ZODB transaction's catalog changes, staged, then committed or aborted.
+
+A batch is converted once (``convert``), collapsed to one change per object, and written to
+``catalog_staged``. Queries that name the batch overlay those rows on the catalog. Committing
+applies them set-wise in one database transaction that also bumps the catalog's counter, so the
+new counter and the new rows become visible together. Batch ids make every step idempotent;
+per-object versions make an older change lose against a newer one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import orjson
+
+from catalog_schemas.api import Batch, BatchResult, IndexEntry, UnindexEntry
+
+from ..errors import BadRequest, Conflict, LimitExceeded, NotFound
+from ..indexes import MISSING, BadValue
+from ..indexes.path import ExtendedPathIndex, components, normalise, parent_of
+from ..indexes.simple import DateRangeIndex
+from ..indexes.text import ZCTextIndex
+from .catalogs import Catalog
+
+
+@dataclass
+class Change:
+    op: str
+    uid: str
+    version: int
+    path: str | None = None
+    idx: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    # Partial reindex: names of the indexes updated (None: the whole object).
+    idxs: list[str] | None = None
+    meta_partial: bool = False
+
+
+def _convert_index(entry: IndexEntry, catalog: Catalog) -> Change:
+    indexes = catalog.schema.indexes
+    unknown = set(entry.values) - set(indexes)
+    if unknown:
+        raise BadValue(f"object {entry.uid!r}: no such index {sorted(unknown)!r}")
+    unknown_meta = set(entry.metadata) - set(catalog.metadata)
+    if unknown_meta:
+        raise BadValue(f"object {entry.uid!r}: no such metadata column {sorted(unknown_meta)!r}")
+    if entry.idxs is not None:
+        bad = set(entry.idxs) - set(indexes)
+        if bad:
+            raise BadValue(f"object {entry.uid!r}: idxs names unknown indexes {sorted(bad)!r}")
+        names = list(dict.fromkeys(entry.idxs))
+    else:
+        names = list(indexes)
+    path = normalise(entry.path)
+    if not path.startswith("/") or "\x00" in path:
+        raise BadValue(f"object {entry.uid!r}: invalid path")
+    idx: dict[str, Any] = {}
+    for name in names:
+        index = indexes[name]
+        if isinstance(index, ExtendedPathIndex) and index.physical:
+            continue  # the row's own path columns
+        if name in entry.values:
+            try:
+                value = index.stored(entry.values[name])
+            except BadValue as exc:
+                raise BadValue(f"object {entry.uid!r}: {exc.detail}") from exc
+        elif isinstance(index, DateRangeIndex):
+            value = [None, None]  # ZCatalog indexes every object, open at both ends
+        else:
+            value = MISSING
+        if value is not MISSING:
+            idx[name] = value
+    return Change(op="index", uid=entry.uid, version=entry.version, path=path, idx=idx,
+                  meta=dict(entry.metadata), idxs=None if entry.idxs is None else names,
+                  meta_partial=entry.idxs is not None)
+
+
+def convert(batch: Batch, catalog: Catalog, max_entries: int) -> list[Change]:
+    """Validate and convert a batch, collapsed to the last change per object."""
+    if len(batch.entries) > max_entries:
+        raise LimitExceeded(f"{len(batch.entries)} entries in one batch, at most {max_entries}")
+    final: dict[str, Change] = {}
+    for entry in batch.entries:
+        if isinstance(entry, UnindexEntry):
+            final[entry.uid] = Change(op="unindex", uid=entry.uid, version=entry.version)
+            continue
+        change = _convert_index(entry, catalog)
+        before = final.get(entry.uid)
+        if change.idxs is not None and before is not None and before.op == "index":
+            # A partial reindex on top of an earlier change of the same transaction.
+            merged_idx = {k: v for k, v in before.idx.items() if k not in change.idxs}
+            merged_idx.update(change.idx)
+            idxs = None if before.idxs is None else sorted(set(before.idxs) | set(change.idxs))
+            change = Change(op="index", uid=entry.uid, version=change.version, path=change.path,
+                            idx=merged_idx, meta={**before.meta, **change.meta}, idxs=idxs,
+                            meta_partial=before.meta_partial)
+        final[entry.uid] = change
+    return list(final.values())
+
+
+def _without(idx: dict[str, Any], names) -> dict[str, Any]:
+    return {k: v for k, v in idx.items() if k not in names}
+
+
+def _only(idx: dict[str, Any], names) -> dict[str, Any]:
+    return {k: v for k, v in idx.items() if k in names}
+
+
+def _allowed(idx: dict[str, Any]) -> list[str]:
+    """The row's principals, as catalog_allowed() derives them in SQL."""
+    value = idx.get("allowedRolesAndUsers")
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError as exc:
+        raise BadValue(f"value cannot be stored as JSON: {exc}") from exc
+
+
+async def _batch_state(conn: asyncpg.Connection, catalog: Catalog, batch_id: str) -> str | None:
+    return await conn.fetchval(
+        "select state from catalog_batch where catalog_id = $1 and batch_id = $2 for update",
+        catalog.id, batch_id)
+
+
+STAGED = "catalog_staged"
+# One-shot batches (staged and committed in one request) go through a temporary table: nobody else
+# needs to see their rows, so they skip the WAL and the shared table.
+ONE_SHOT = "pg_temp.catalog_batch_rows"
+
+
+async def one_shot_rows(conn: asyncpg.Connection, catalog: Catalog, batch_id: str) -> str:
+    """Where the rows of a one-shot batch go: the temporary table, unless the id is staged already."""
+    if await _batch_state(conn, catalog, batch_id) == "staged":
+        return STAGED
+    await conn.execute(f"create temp table if not exists catalog_batch_rows (like {STAGED}) on commit delete rows")
+    return ONE_SHOT
+
+
+async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, changes: list[Change],
+                rows: str = STAGED) -> str:
+    """Write the batch's rows to ``rows`` (catalog_staged, replacing an earlier staging of the same
+    id). Returns the batch state found: 'committed' means nothing was done."""
+    state = await _batch_state(conn, catalog, batch.batch_id)
+    if state == "committed":
+        return state
+    if state == "aborted":
+        raise Conflict(f"batch {batch.batch_id!r} was aborted; use a new batch id")
+    if state == "staged":
+        await conn.execute(f"delete from {rows} where catalog_id = $1 and batch_id = $2",
+                           catalog.id, batch.batch_id)
+        await conn.execute(
+            "update catalog_batch set entries = $3, clear = $4, created = now() "
+            "where catalog_id = $1 and batch_id = $2",
+            catalog.id, batch.batch_id, len(changes), batch.clear)
+    else:
+        await conn.execute(
+            "insert into catalog_batch (catalog_id, batch_id, state, clear, entries) "
+            "values ($1, $2, 'staged', $3, $4)",
+            catalog.id, batch.batch_id, batch.clear, len(changes))
+
+    uids = [c.uid for c in changes]
+    existing = {
+        r["uid"]: r
+        for r in await conn.fetch(f"select uid, rid, (idx || text)::text as idx, meta::text as meta from {catalog.table} "
+                                  f"where uid = any($1::text[])", uids)
+    }
+    text_names = [name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)]
+    records = []
+    for seq, change in enumerate(changes):
+        if change.op == "unindex":
+            records.append((catalog.id, batch.batch_id, seq, "unindex", change.uid, None, None, None, None,
+                            None, None, None, None, None, None, None, None, change.version))
+            continue
+        old = existing.get(change.uid)
+        if old is not None and change.idxs is None and not batch.clear:
+            # ZCTextIndex keeps an object's words when its new value is not text (None).
+            kept = [n for n in text_names if n not in change.idx]
+            if kept:
+                old_idx = orjson.loads(old["idx"])
+                change.idx.update({n: old_idx[n] for n in kept if n in old_idx})
+        if change.idxs is None or old is None or batch.clear:
+            idx, meta = change.idx, change.meta
+        else:
+            idx = {k: v for k, v in orjson.loads(old["idx"]).items() if k not in change.idxs}
+            idx.update(change.idx)
+            meta = {**orjson.loads(old["meta"]), **change.meta}
+        partial = change.idxs is not None
+        records.append((
+            catalog.id, batch.batch_id, seq, "index", change.uid,
+            old["rid"] if old is not None else None,
+            change.path, parent_of(change.path), len(components(change.path)),
+            _allowed(idx), _dumps(_without(idx, text_names)), _dumps(_only(idx, text_names)), _dumps(meta),
+            change.idxs,
+            _dumps(_without(change.idx, text_names)) if partial else None,
+            _dumps(_only(change.idx, text_names)) if partial else None,
+            _dumps(change.meta) if partial else None,
+            change.version,
+        ))
+    missing_rids = [i for i, r in enumerate(records) if r[3] == "index" and r[5] is None]
+    if missing_rids:
+        # New objects get their rid now, so overlay queries and the commit agree on it.
+        rids = await conn.fetch("select nextval('catalog_rid_seq') as rid from generate_series(1, $1)",
+                                len(missing_rids))
+        for i, row in zip(missing_rids, rids, strict=True):
+            records[i] = records[i][:5] + (row["rid"],) + records[i][6:]
+    if text_names:
+        await conn.execute("update catalog_batch set profile = $3 where catalog_id = $1 and batch_id = $2",
+                           catalog.id, batch.batch_id, _dumps(_staged_profile(records, text_names)))
+    if records:
+        schema_name, _, table_name = rows.rpartition(".")
+        await conn.copy_records_to_table(
+            table_name,
+            schema_name=schema_name or None,
+            records=records,
+            columns=["catalog_id", "batch_id", "seq", "op", "uid", "rid", "path", "parent", "depth", "allowed",
+                     "idx", "text", "meta", "idxs", "delta_idx", "delta_text", "delta_meta", "version"],
+        )
+    return "staged"
+
+
+async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows: str = STAGED) -> BatchResult:
+    """Apply a staged batch (its rows in ``rows``); must run inside a transaction."""
+    state = await _batch_state(conn, catalog, batch_id)
+    if state is None:
+        raise NotFound(f"no staged batch {batch_id!r}")
+    if state == "aborted":
+        raise Conflict(f"batch {batch_id!r} was aborted")
+    if state == "committed":
+        row = await conn.fetchrow(
+            "select b.applied, b.skipped, c.counter from catalog_batch b join catalog c on c.id = b.catalog_id "
+            "where b.catalog_id = $1 and b.batch_id = $2", catalog.id, batch_id)
+        return BatchResult(batch_id=batch_id, state="committed", applied=row["applied"],
+                           skipped_stale=row["skipped"], counter=row["counter"])
+
+    # The counter row lock serialises commits of one catalog, and is taken first (no deadlocks).
+    counter = await conn.fetchval("update catalog set counter = counter + 1 where id = $1 returning counter",
+                                  catalog.id)
+    table = catalog.table
+    cat, bid = catalog.id, batch_id
+    if await conn.fetchval("select clear from catalog_batch where catalog_id = $1 and batch_id = $2", cat, bid):
+        await conn.execute(f"delete from {table}")
+        await conn.execute("delete from catalog_tombstone where catalog_id = $1", cat)
+        await conn.execute("delete from catalog_lexicon where catalog_id = $1", cat)
+        await conn.execute("delete from catalog_text_stats where catalog_id = $1", cat)
+
+    staged = f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2"
+    text_indexes = [name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)]
+    if text_indexes:
+        before = await _text_profile(conn, catalog, bid, text_indexes, rows)
+    removed = await conn.fetch(
+        f"delete from {table} t using {rows} s where s.catalog_id = $1 and s.batch_id = $2 "
+        f"and s.op = 'unindex' and t.uid = s.uid and t.version <= s.version returning t.uid", cat, bid)
+    await conn.execute(
+        f"insert into catalog_tombstone (catalog_id, uid, version) select $1, s.uid, s.version {staged} "
+        f"and s.op = 'unindex' on conflict (catalog_id, uid) do update set "
+        f"version = greatest(catalog_tombstone.version, excluded.version), removed = now()", cat, bid)
+    fresh = ("s.op = 'index' and not exists (select 1 from catalog_tombstone tb where tb.catalog_id = $1 "
+             "and tb.uid = s.uid and tb.version > s.version)")
+    full = await conn.fetch(
+        f"insert into {table} as t (catalog_id, rid, uid, path, parent, depth, allowed, idx, text, meta, version) "
+        f"select $1, s.rid, s.uid, s.path, s.parent, s.depth, catalog_allowed(s.idx), s.idx, s.text, s.meta, s.version "
+        f"{staged} and s.idxs is null and {fresh} "
+        f"on conflict (catalog_id, uid) do update set path = excluded.path, parent = excluded.parent, "
+        f"depth = excluded.depth, allowed = excluded.allowed, idx = excluded.idx, text = excluded.text, "
+        f"meta = excluded.meta, "
+        f"version = excluded.version where t.version <= excluded.version returning t.uid", cat, bid)
+    partial = await conn.fetch(
+        f"update {table} t set path = s.path, parent = s.parent, depth = s.depth, "
+        f"idx = (t.idx - s.idxs) || s.delta_idx, allowed = catalog_allowed((t.idx - s.idxs) || s.delta_idx), "
+        f"text = (t.text - s.idxs) || s.delta_text, "
+        f"meta = t.meta || s.delta_meta, version = s.version "
+        f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2 and s.idxs is not null "
+        f"and {fresh} and t.uid = s.uid and t.version <= s.version returning t.uid", cat, bid)
+    new_partial = await conn.fetch(
+        f"insert into {table} (catalog_id, rid, uid, path, parent, depth, allowed, idx, text, meta, version) "
+        f"select $1, s.rid, s.uid, s.path, s.parent, s.depth, catalog_allowed(s.delta_idx), s.delta_idx, "
+        f"s.delta_text, s.delta_meta, s.version {staged} and s.idxs is not null and {fresh} "
+        f"and not exists (select 1 from {table} t where t.uid = s.uid) "
+        f"on conflict do nothing returning uid", cat, bid)
+    if text_indexes:
+        entries = await conn.fetchval("select entries from catalog_batch where catalog_id = $1 and batch_id = $2",
+                                      cat, bid)
+        profile = await conn.fetchval("select profile from catalog_batch where catalog_id = $1 and batch_id = $2",
+                                      cat, bid)
+        applied_all = len(removed) + len(full) + len(partial) + len(new_partial) == entries
+        if not before[0] and applied_all and profile is not None:
+            # New objects only, all applied: the rows are exactly as staged.
+            after = _profile_from_json(profile)
+        else:
+            after = await _text_profile(conn, catalog, bid, text_indexes, rows)
+        await _apply_text_delta(conn, cat, before, after)
+    entries = await conn.fetchval("select entries from catalog_batch where catalog_id = $1 and batch_id = $2",
+                                  cat, bid)
+    applied = len(removed) + len(full) + len(partial) + len(new_partial)
+    unindexes = await conn.fetchval(f"select count(*) {staged} and s.op = 'unindex'", cat, bid)
+    # An unindex of an object that is not there is not stale, just empty.
+    skipped = max(0, entries - applied - (unindexes - len(removed)))
+    await conn.execute(f"delete from {rows} where catalog_id = $1 and batch_id = $2", cat, bid)
+    await conn.execute(
+        "update catalog_batch set state = 'committed', applied = $3, skipped = $4, finished = now() "
+        "where catalog_id = $1 and batch_id = $2", cat, bid, applied, skipped)
+    return BatchResult(batch_id=batch_id, state="committed", applied=applied, skipped_stale=skipped, counter=counter)
+
+
+async def compare(conn: asyncpg.Connection, catalog: Catalog, changes: list[Change]) -> dict[str, dict]:
+    """What differs between converted entries and the stored rows (for the connector's verify)."""
+    rows = {
+        r["uid"]: r
+        for r in await conn.fetch(f"select uid, path, (idx || text)::text as idx, meta::text as meta from {catalog.table} "
+                                  f"where uid = any($1::text[])", [c.uid for c in changes])
+    }
+    text_names = {name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)}
+    results = {}
+    for change in changes:
+        row = rows.get(change.uid)
+        if change.op != "index" or row is None:
+            results[change.uid] = {"missing": row is None, "indexes": [], "metadata": []}
+            continue
+        stored_idx, stored_meta = orjson.loads(row["idx"]), orjson.loads(row["meta"])
+        names = change.idxs if change.idxs is not None else list(catalog.schema.indexes)
+        differing = []
+        for name in names:
+            index = catalog.schema.indexes[name]
+            if isinstance(index, ExtendedPathIndex) and index.physical:
+                if row["path"] != change.path:
+                    differing.append(name)
+            elif name in text_names and name not in change.idx:
+                continue  # not text now: ZCTextIndex keeps what it had
+            elif change.idx.get(name, MISSING) != stored_idx.get(name, MISSING):
+                differing.append(name)
+        meta = [k for k, v in change.meta.items() if stored_meta.get(k, MISSING) != v]
+        results[change.uid] = {"missing": False, "indexes": differing, "metadata": meta}
+    return results
+
+
+TextProfile = tuple[dict[str, tuple[int, int]], dict[tuple[str, str], int]]
+
+
+def _staged_profile(records: list[tuple], text_names: list[str]) -> dict:
+    """The text profile of a batch's rows as staged (see _text_profile), kept with the batch."""
+    docs: dict[str, list[int]] = {}
+    df: dict[str, dict[str, int]] = {}
+    for record in records:
+        if record[3] != "index":
+            continue
+        text = orjson.loads(record[11])
+        for name in text_names:
+            words = text.get(name)
+            if isinstance(words, list):
+                total = docs.setdefault(name, [0, 0])
+                total[0] += 1
+                total[1] += len(words)
+                counts = df.setdefault(name, {})
+                for word in set(words):
+                    counts[word] = counts.get(word, 0) + 1
+    return {"docs": docs, "df": df}
+
+
+def _profile_from_json(text: str) -> TextProfile:
+    data = orjson.loads(text)
+    docs = {name: (d, w) for name, (d, w) in data["docs"].items()}
+    df = {(name, word): n for name, words in data["df"].items() for word, n in words.items()}
+    return docs, df
+
+
+async def _text_profile(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, names: list[str],
+                        rows: str = STAGED) -> TextProfile:
+    """For the catalog rows of a batch's objects: per text index, (documents, words), and per
+    (index, word) the number of documents holding the word. Taken before and after a commit, the
+    difference updates the statistics Okapi relevance needs, without scanning the whole catalog."""
+    source = (f"from {rows} s join {catalog.table} t on t.uid = s.uid, jsonb_each(t.text) e "
+              f"where s.catalog_id = $1 and s.batch_id = $2 and e.key = any($3::text[]) "
+              f"and jsonb_typeof(e.value) = 'array'")
+    docs = {
+        r["name"]: (r["docs"], r["words"])
+        for r in await conn.fetch(
+            f"select e.key as name, count(*) as docs, sum(jsonb_array_length(e.value)) as words {source} group by 1",
+            catalog.id, batch_id, names)
+    }
+    if not docs:
+        return docs, {}
+    words = (f"from {rows} s join {catalog.table} t on t.uid = s.uid, jsonb_each(t.text) e, "
+             f"lateral (select distinct x from jsonb_array_elements_text(e.value) x) d(w) "
+             f"where s.catalog_id = $1 and s.batch_id = $2 and e.key = any($3::text[]) "
+             f"and jsonb_typeof(e.value) = 'array'")
+    df = {
+        (r["name"], r["word"]): r["n"]
+        for r in await conn.fetch(f"select e.key as name, d.w as word, count(*) as n {words} group by 1, 2",
+                                  catalog.id, batch_id, names)
+    }
+    return docs, df
+
+
+async def _apply_text_delta(conn: asyncpg.Connection, catalog_id: int, before: TextProfile,
+                            after: TextProfile) -> None:
+    (docs_before, df_before), (docs_after, df_after) = before, after
+    names = sorted(set(docs_before) | set(docs_after))
+    if names:
+        await conn.execute(
+            "insert into catalog_text_stats (catalog_id, index_name, docs, words) "
+            "select $1, n, d, w from unnest($2::text[], $3::bigint[], $4::bigint[]) as u(n, d, w) "
+            "on conflict (catalog_id, index_name) do update set docs = catalog_text_stats.docs + excluded.docs, "
+            "words = catalog_text_stats.words + excluded.words",
+            catalog_id, names,
+            [docs_after.get(n, (0, 0))[0] - docs_before.get(n, (0, 0))[0] for n in names],
+            [docs_after.get(n, (0, 0))[1] - docs_before.get(n, (0, 0))[1] for n in names])
+    keys = sorted(set(df_before) | set(df_after))
+    if keys:
+        await conn.execute(
+            "insert into catalog_lexicon (catalog_id, index_name, word, df) "
+            "select $1, n, w, d from unnest($2::text[], $3::text[], $4::bigint[]) as u(n, w, d) "
+            "on conflict (catalog_id, index_name, word) do update set df = catalog_lexicon.df + excluded.df",
+            catalog_id, [k[0] for k in keys], [k[1] for k in keys],
+            [df_after.get(k, 0) - df_before.get(k, 0) for k in keys])
+
+
+async def abort(conn: asyncpg.Connection, catalog: Catalog, batch_id: str) -> BatchResult:
+    state = await _batch_state(conn, catalog, batch_id)
+    if state == "committed":
+        raise Conflict(f"batch {batch_id!r} is already committed")
+    if state is None:
+        # Remember the abort, so that a late staging of this id is refused.
+        await conn.execute(
+            "insert into catalog_batch (catalog_id, batch_id, state, finished) values ($1, $2, 'aborted', now()) "
+            "on conflict do nothing", catalog.id, batch_id)
+    elif state == "staged":
+        await conn.execute("delete from catalog_staged where catalog_id = $1 and batch_id = $2", catalog.id, batch_id)
+        await conn.execute(
+            "update catalog_batch set state = 'aborted', finished = now() where catalog_id = $1 and batch_id = $2",
+            catalog.id, batch_id)
+    counter = await conn.fetchval("select counter from catalog where id = $1", catalog.id)
+    return BatchResult(batch_id=batch_id, state="aborted", applied=0, counter=counter)
+
+
+async def resolve_expired(conn: asyncpg.Connection, ttl_seconds: float) -> list[tuple[str, str, str]]:
+    """Resolve staged batches older than the ttl from catalog_txn_outcome: commit those whose ZODB
+    transaction committed (the storage recorded the batch id), abort the others."""
+    from .catalogs import build
+
+    rows = await conn.fetch(
+        "select b.batch_id, c.* from catalog_batch b join catalog c on c.id = b.catalog_id "
+        "where b.state = 'staged' and b.created < now() - make_interval(secs => $1)", ttl_seconds)
+    outcomes = []
+    for row in rows:
+        catalog = build(row)
+        async with conn.transaction():
+            recorded = await conn.fetchval("select 1 from catalog_txn_outcome where batch_id = $1", row["batch_id"])
+            if recorded:
+                await commit(conn, catalog, row["batch_id"])
+                outcomes.append((catalog.name, row["batch_id"], "committed"))
+            else:
+                await abort(conn, catalog, row["batch_id"])
+                outcomes.append((catalog.name, row["batch_id"], "aborted"))
+    return outcomes
+
+
+def check_batch(batch: Batch) -> None:
+    if not batch.batch_id.isprintable():
+        raise BadRequest("batch_id must be printable text")

@@ -1,0 +1,195 @@
+"""Catalogs: one per Plone site, each with its own partition of ``catalog_object``."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+import asyncpg
+import orjson
+
+from catalog_schemas.api import CatalogCreate, IndexDeclaration, SchemaUpdate
+
+from ..errors import BadRequest, Conflict, NotFound
+from ..indexes import make_index
+from ..indexes.base import index_ident
+from ..planner.plan import CatalogSchema
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Catalog:
+    id: int
+    name: str
+    title: str
+    token_hash: str
+    declarations: tuple[IndexDeclaration, ...]
+    metadata: tuple[str, ...]
+    schema_rev: int
+    schema: CatalogSchema
+
+    @property
+    def table(self) -> str:
+        return self.schema.table
+
+    def token_matches(self, token: str) -> bool:
+        return hmac.compare_digest(hash_token(token), self.token_hash)
+
+
+def table_name(catalog_id: int) -> str:
+    return f"catalog_object_{int(catalog_id)}"
+
+
+def build(row) -> Catalog:
+    declarations = tuple(IndexDeclaration.model_validate(d) for d in orjson.loads(row["indexes"]))
+    metadata = tuple(orjson.loads(row["metadata"]))
+    indexes = {d.name: make_index(d) for d in declarations}
+    schema = CatalogSchema(catalog_id=row["id"], table=table_name(row["id"]), indexes=indexes, metadata=metadata)
+    return Catalog(id=row["id"], name=row["name"], title=row["title"], token_hash=row["token_hash"],
+                   declarations=declarations, metadata=metadata, schema_rev=row["schema_rev"], schema=schema)
+
+
+def _check_declarations(indexes: list[IndexDeclaration], metadata: list[str]) -> None:
+    names = [d.name for d in indexes]
+    if len(set(names)) != len(names):
+        raise BadRequest("index names must be unique")
+    if len(set(metadata)) != len(metadata):
+        raise BadRequest("metadata names must be unique")
+    for decl in indexes:
+        make_index(decl)  # raises on a bad declaration
+    for name in metadata:
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise BadRequest(f"invalid metadata column name {name!r}")
+
+
+class CatalogRegistry:
+    """Catalog rows by name, cached per process; the cache is checked against ``schema_rev``."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Catalog] = {}
+
+    async def get(self, conn: asyncpg.Connection, name: str) -> tuple[Catalog, int]:
+        """The catalog and its current counter."""
+        row = await conn.fetchrow("select id, schema_rev, counter from catalog where name = $1", name)
+        if row is None:
+            self._cache.pop(name, None)
+            raise NotFound(f"no catalog {name!r}")
+        cached = self._cache.get(name)
+        if cached is None or cached.id != row["id"] or cached.schema_rev != row["schema_rev"]:
+            full = await conn.fetchrow("select * from catalog where id = $1", row["id"])
+            if full is None:
+                raise NotFound(f"no catalog {name!r}")
+            cached = build(full)
+            self._cache[name] = cached
+        return cached, row["counter"]
+
+    async def current(self, conn: asyncpg.Connection, name: str, refresh: bool = False) -> Catalog:
+        """The catalog from the cache (no round trip), or loaded. Searches check the revision they
+        ran against and ask again with ``refresh`` when it moved."""
+        cached = None if refresh else self._cache.get(name)
+        if cached is None:
+            cached, _ = await self.get(conn, name)
+        return cached
+
+    def forget(self, name: str) -> None:
+        self._cache.pop(name, None)
+
+    async def create(self, conn: asyncpg.Connection, spec: CatalogCreate, token: str | None = None
+                     ) -> tuple[Catalog, str]:
+        _check_declarations(spec.indexes, spec.metadata)
+        token = token or secrets.token_urlsafe(32)
+        async with conn.transaction():
+            exists = await conn.fetchval("select 1 from catalog where name = $1", spec.id)
+            if exists:
+                raise Conflict(f"catalog {spec.id!r} exists")
+            row = await conn.fetchrow(
+                "insert into catalog (name, title, token_hash, indexes, metadata) values ($1, $2, $3, $4, $5) "
+                "on conflict (name) do nothing returning *",
+                spec.id, spec.title, hash_token(token),
+                orjson.dumps([d.model_dump() for d in spec.indexes]).decode(),
+                orjson.dumps(spec.metadata).decode(),
+            )
+            if row is None:
+                raise Conflict(f"catalog {spec.id!r} exists")
+            catalog = build(row)
+            table = catalog.table
+            await conn.execute(
+                f"create table {table} partition of catalog_object for values in ({catalog.id})")
+            await conn.execute(f"create unique index {table}_rid on {table} (rid)")
+            await conn.execute(f"create index {table}_path on {table} (path)")
+            await conn.execute(f"create index {table}_parent on {table} (parent, rid)")
+            for index in catalog.schema.indexes.values():
+                for statement in index.ddl(table):
+                    await conn.execute(statement)
+        self._cache[spec.id] = catalog
+        return catalog, token
+
+    async def update_schema(self, conn: asyncpg.Connection, catalog: Catalog, update: SchemaUpdate) -> Catalog:
+        current = {d.name: d for d in catalog.declarations}
+        for name in update.remove_indexes:
+            if name not in current:
+                raise NotFound(f"no index {name!r}")
+            current.pop(name)
+        for decl in update.indexes:
+            current[decl.name] = decl
+        metadata = [m for m in catalog.metadata if m not in set(update.remove_metadata)]
+        missing = set(update.remove_metadata) - set(catalog.metadata)
+        if missing:
+            raise NotFound(f"no metadata column {sorted(missing)!r}")
+        metadata += [m for m in update.metadata if m not in metadata]
+        _check_declarations(list(current.values()), metadata)
+        table = catalog.table
+        async with conn.transaction():
+            await conn.execute("select 1 from catalog where id = $1 for update", catalog.id)
+            changed = [d for d in update.indexes if catalog.schema.indexes.get(d.name) is None
+                       or catalog.schema.indexes[d.name].decl != d]
+            removed = list(update.remove_indexes) + [d.name for d in changed if d.name in catalog.schema.indexes]
+            for name in removed:
+                for suffix in ("v", "g", "t", "p"):
+                    await conn.execute(f"drop index if exists {index_ident(table, name, suffix)}")
+                await conn.execute(f"update {table} set idx = idx - $1::text, text = text - $1::text "
+                                   f"where idx ? $1::text or text ? $1::text", name)
+                for table_name_ in ("catalog_lexicon", "catalog_text_stats"):
+                    await conn.execute(f"delete from {table_name_} where catalog_id = $1 and index_name = $2",
+                                       catalog.id, name)
+            for name in update.remove_metadata:
+                await conn.execute(f"update {table} set meta = meta - $1::text where meta ? $1::text", name)
+            for decl in changed:
+                for statement in make_index(decl).ddl(table):
+                    await conn.execute(statement)
+            row = await conn.fetchrow(
+                "update catalog set indexes = $2, metadata = $3, schema_rev = schema_rev + 1 "
+                "where id = $1 returning *",
+                catalog.id, orjson.dumps([d.model_dump() for d in current.values()]).decode(),
+                orjson.dumps(metadata).decode())
+        updated = build(row)
+        self._cache[catalog.name] = updated
+        return updated
+
+    async def clear(self, conn: asyncpg.Connection, catalog: Catalog) -> int:
+        async with conn.transaction():
+            counter = await conn.fetchval(
+                "update catalog set counter = counter + 1 where id = $1 returning counter", catalog.id)
+            await conn.execute(f"delete from {catalog.table}")
+            await conn.execute("delete from catalog_tombstone where catalog_id = $1", catalog.id)
+            await conn.execute("delete from catalog_lexicon where catalog_id = $1", catalog.id)
+            await conn.execute("delete from catalog_text_stats where catalog_id = $1", catalog.id)
+        return counter
+
+    async def drop(self, conn: asyncpg.Connection, catalog: Catalog) -> None:
+        async with conn.transaction():
+            await conn.execute(f"drop table if exists {catalog.table}")
+            await conn.execute("delete from catalog_tombstone where catalog_id = $1", catalog.id)
+            await conn.execute("delete from catalog_lexicon where catalog_id = $1", catalog.id)
+            await conn.execute("delete from catalog_text_stats where catalog_id = $1", catalog.id)
+            await conn.execute("delete from catalog_staged where catalog_id = $1", catalog.id)
+            await conn.execute("delete from catalog where id = $1", catalog.id)
+        self._cache.pop(catalog.name, None)
+
+    async def count(self, conn: asyncpg.Connection, catalog: Catalog) -> int:
+        return await conn.fetchval(f"select count(*) from {catalog.table}")

@@ -1,0 +1,81 @@
+"""Connection pools: the primary for writes, optional replicas for queries."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import asyncpg
+
+from ..errors import Unavailable
+from ..settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    # jsonb stays text (binary format: a version byte, then the text), so metadata passes through
+    # without being parsed, and COPY in binary works.
+    await conn.set_type_codec("jsonb", encoder=_jsonb_encode, decoder=_jsonb_decode, schema="pg_catalog",
+                              format="binary")
+
+
+def _jsonb_encode(text: str) -> bytes:
+    return b"\x01" + text.encode()
+
+
+def _jsonb_decode(data: bytes) -> str:
+    return data[1:].decode()
+
+
+def server_settings(settings: Settings) -> dict[str, str]:
+    return {
+        # Array parameters (= any($n), && $n) make generic plans choose poor indexes; plan each run.
+        "plan_cache_mode": "force_custom_plan",
+        "statement_timeout": str(int(settings.statement_timeout * 1000)),
+        "jit": "off",
+        "application_name": "catalog-service",
+    }
+
+
+class Database:
+    def __init__(self, settings: Settings, dsn: str):
+        self.settings = settings
+        self.dsn = dsn
+        self.primary: asyncpg.Pool | None = None
+        self.replicas: list[asyncpg.Pool] = []
+
+    async def open(self) -> None:
+        kwargs = dict(
+            min_size=self.settings.pool_min_size,
+            max_size=self.settings.pool_max_size,
+            statement_cache_size=self.settings.statement_cache_size,
+            server_settings=server_settings(self.settings),
+            init=_init_connection,
+        )
+        self.primary = await asyncpg.create_pool(self.dsn, **kwargs)
+        for url in self.settings.replica_urls:
+            self.replicas.append(await asyncpg.create_pool(url, **kwargs))
+
+    async def close(self) -> None:
+        pools = ([self.primary] if self.primary else []) + self.replicas
+        await asyncio.gather(*(p.close() for p in pools), return_exceptions=True)
+
+    def acquire(self):
+        if self.primary is None:
+            raise Unavailable("database pool is not open")
+        return self.primary.acquire()
+
+    async def acquire_read(self, min_lsn: str | None):
+        """A connection for a query: a replica that has replayed ``min_lsn`` (the caller's last
+        commit) if there is one, else the primary, so a client always reads its own writes."""
+        for pool in self.replicas:
+            conn = await pool.acquire()
+            try:
+                if min_lsn is None or await conn.fetchval(
+                        "select pg_last_wal_replay_lsn() >= $1::pg_lsn", min_lsn):
+                    return pool, conn
+            except (asyncpg.PostgresError, OSError):
+                log.warning("replica check failed", exc_info=True)
+            await pool.release(conn)
+        return self.primary, await self.primary.acquire()

@@ -1,0 +1,121 @@
+"""plone.app.testing layers run from pytest, and helpers to act on two sites in one Zope app.
+
+Site ``plone`` keeps the stock ZCatalog; site ``conn`` gets the connector. Both get the same
+content, users, groups and actions, so every query can be asked of both and compared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import transaction
+from plone.app.testing import PLONE_FIXTURE, PloneSandboxLayer, applyProfile
+from plone.app.testing import login as plone_login
+from plone.app.testing import logout as plone_logout
+from plone.testing import zope
+from zope.component.hooks import setSite
+
+STOCK = "plone"
+CONNECTED = "conn"
+SITES = (STOCK, CONNECTED)
+WORKFLOW = "simple_publication_workflow"
+USERS = {
+    # user id: (roles, groups)
+    "editor": (["Member", "Editor"], ["staff"]),
+    "member": (["Member"], []),
+    "reviewer": (["Member", "Reviewer"], ["staff"]),
+    "manager": (["Manager"], []),
+}
+PASSWORD = "secret-pw-123"
+
+
+def _prepare(site):
+    site.portal_workflow.setDefaultChain(WORKFLOW)
+    pas = site.acl_users
+    site.portal_groups.addGroup("staff")
+    for user_id, (roles, groups) in USERS.items():
+        pas.source_users.addUser(user_id, user_id, PASSWORD)
+        for role in roles:
+            pas.portal_role_manager.doAssignRoleToPrincipal(user_id, role)
+        for group in groups:
+            site.portal_groups.addPrincipalToGroup(user_id, group)
+
+
+class ConnectorLayer(PloneSandboxLayer):
+    defaultBases = (PLONE_FIXTURE,)
+
+    def setUpZope(self, app, configurationContext):
+        import plone.app.contenttypes
+        import plone.restapi
+
+        import plone_connector
+
+        self.loadZCML(package=plone.app.contenttypes)
+        self.loadZCML(package=plone.restapi)
+        self.loadZCML(package=plone_connector)
+
+    def setUpPloneSite(self, portal):
+        from Products.CMFPlone.factory import addPloneSite
+
+        app = portal.aq_parent
+        applyProfile(portal, "plone.app.contenttypes:default")
+        _prepare(portal)
+        addPloneSite(app, CONNECTED, title="Plone site", extension_ids=("plone.app.contenttypes:default",))
+        connected = app[CONNECTED]
+        setSite(connected)
+        _prepare(connected)
+        applyProfile(connected, "plone_connector:default")
+        setSite(portal)
+
+
+CONNECTOR_LAYER = ConnectorLayer(name="ConnectorLayer")
+
+
+def _ordered_layers(layer):
+    order: list = []
+
+    def visit(item):
+        for base in getattr(item, "__bases__", ()):
+            visit(base)
+        if item not in order:
+            order.append(item)
+
+    visit(layer)
+    return order
+
+
+def set_up(layer):
+    layers = _ordered_layers(layer)
+    for item in layers:
+        item.setUp()
+    return layers
+
+
+def tear_down(layers):
+    for item in reversed(layers):
+        with contextlib.suppress(NotImplementedError):
+            item.tearDown()
+
+
+@contextlib.contextmanager
+def on_site(name: str, user: str | None = "manager", commit: bool = True):
+    """The site ``name`` in a fresh connection, as ``user`` (None: anonymous); commits at the end."""
+    with zope.zopeApp() as app:
+        site = app[name]
+        setSite(site)
+        try:
+            if user is None:
+                plone_logout()
+            else:
+                plone_login(site, user)
+            yield site
+            if commit:
+                transaction.commit()
+            else:
+                transaction.abort()
+        except BaseException:
+            transaction.abort()
+            raise
+        finally:
+            plone_logout()
+            setSite(None)

@@ -1,0 +1,469 @@
+"""The HTTP API on a real PostgreSQL: catalogs, batches (two-phase, idempotent, versioned),
+security decided by the server, bad input answered with problem details."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from catalog_schemas.api import CatalogCreate, IndexDeclaration
+
+D = IndexDeclaration
+INDEXES = [
+    D(name="allowedRolesAndUsers", type="KeywordIndex"),
+    D(name="portal_type", type="FieldIndex"),
+    D(name="Subject", type="KeywordIndex"),
+    D(name="path", type="ExtendedPathIndex"),
+    D(name="effectiveRange", type="DateRangeIndex", since_field="effective", until_field="expires"),
+    D(name="modified", type="DateIndex"),
+    D(name="SearchableText", type="ZCTextIndex"),
+    D(name="getObjPositionInParent", type="GopipIndex"),
+    D(name="id", type="FieldIndex"),
+]
+UNRESTRICTED = {"X-Catalog-Unrestricted": "1"}
+NOW = datetime.now(UTC)
+
+
+def iso(dt):
+    return dt.isoformat()
+
+
+def entry(uid, path, portal_type="Document", allowed=("Anonymous",), effective=None, expires=None,
+          subjects=(), text="", version=1, position=0, **meta):
+    return {
+        "op": "index", "uid": uid, "path": path, "version": version,
+        "values": {
+            "allowedRolesAndUsers": list(allowed), "portal_type": portal_type, "Subject": list(subjects),
+            "effectiveRange": [effective and iso(effective), expires and iso(expires)],
+            "modified": iso(NOW), "SearchableText": text, "getObjPositionInParent": position,
+            "id": path.rsplit("/", 1)[-1],
+        },
+        "metadata": {"Title": meta.get("title", uid)},
+    }
+
+
+@pytest.fixture
+def admin(live_service):
+    with live_service.client() as client:
+        yield client
+
+
+@pytest.fixture
+def catalog(admin):
+    """A fresh catalog; yields (name, connector token)."""
+    name = "t-" + uuid.uuid4().hex[:10]
+    spec = CatalogCreate(id=name, indexes=INDEXES, metadata=["Title"])
+    response = admin.post("/catalogs", json=spec.model_dump())
+    assert response.status_code == 201, response.text
+    yield name, response.json()["token"]
+    admin.delete(f"/catalogs/{name}")
+
+
+def query(client, name, q, headers=UNRESTRICTED, **body):
+    response = client.post(f"/catalogs/{name}/query", json={"query": q, **body}, headers=headers)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def uids(result):
+    return [item["uid"] for item in result["items"]]
+
+
+def commit(client, name, entries, batch_id=None):
+    response = client.post(f"/catalogs/{name}/batches", json={"batch_id": batch_id or uuid.uuid4().hex,
+                                                              "entries": entries})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+# -- catalogs --------------------------------------------------------------------------------------
+
+def test_create_needs_admin(live_service, catalog):
+    name, token = catalog
+    spec = {"id": "x-" + uuid.uuid4().hex[:8], "indexes": [], "metadata": []}
+    with live_service.client(token=token) as connector:
+        # A catalog's token is no credential for creating catalogs.
+        assert connector.post("/catalogs", json=spec).status_code == 401
+    with live_service.client(token=False) as anonymous:
+        r = anonymous.post("/catalogs", json=spec)
+        assert r.status_code == 403
+        assert r.headers["content-type"] == "application/problem+json"
+    with live_service.client(token="wrong") as stranger:
+        assert stranger.post("/catalogs", json=spec).status_code == 401
+
+
+def test_duplicate_catalog_conflicts(admin, catalog):
+    name, _ = catalog
+    r = admin.post("/catalogs", json={"id": name, "indexes": [], "metadata": []})
+    assert r.status_code == 409
+    assert r.json()["status"] == 409
+
+
+@pytest.mark.parametrize("body", [
+    {"id": "bad id with spaces", "indexes": []},
+    {"id": "ok", "indexes": [{"name": "x", "type": "NoSuchIndex"}]},
+    {"id": "ok", "indexes": [{"name": "x; drop table catalog", "type": "FieldIndex"}]},
+    {"id": "ok", "indexes": [{"name": "r", "type": "DateRangeIndex"}]},
+    {"id": "ok", "indexes": [{"name": "a", "type": "FieldIndex"}, {"name": "a", "type": "KeywordIndex"}]},
+    {"id": "ok", "indexes": [], "unexpected": 1},
+])
+def test_bad_declarations_are_4xx(admin, body):
+    r = admin.post("/catalogs", json=body)
+    assert 400 <= r.status_code < 500, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+
+
+def test_malformed_json_is_422(admin, catalog):
+    name, _ = catalog
+    r = admin.post(f"/catalogs/{name}/query", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert r.json()["title"] == "Invalid request"
+
+
+def test_catalogs_are_isolated(admin, catalog):
+    name, _ = catalog
+    other = "t-" + uuid.uuid4().hex[:10]
+    assert admin.post("/catalogs", json=CatalogCreate(id=other, indexes=INDEXES, metadata=["Title"]).model_dump()).status_code == 201
+    try:
+        commit(admin, name, [entry("a", "/plone/a")])
+        commit(admin, other, [entry("a", "/plone/a"), entry("b", "/plone/b")])
+        assert admin.post(f"/catalogs/{name}/clear").status_code == 200
+        assert query(admin, name, {"portal_type": "Document"})["items_total"] == 0
+        assert query(admin, other, {"portal_type": "Document"})["items_total"] == 2
+    finally:
+        admin.delete(f"/catalogs/{other}")
+
+
+def test_schema_update_adds_and_removes_indexes(admin, catalog):
+    name, _ = catalog
+    r = admin.patch(f"/catalogs/{name}/schema", json={"indexes": [{"name": "review_state", "type": "FieldIndex"}],
+                                                      "remove_indexes": ["Subject"], "metadata": ["Description"]})
+    assert r.status_code == 200, r.text
+    names = [i["name"] for i in r.json()["indexes"]]
+    assert "review_state" in names and "Subject" not in names
+    assert "Description" in r.json()["metadata"]
+    e = entry("a", "/plone/a")
+    e["values"].pop("Subject")
+    e["values"]["review_state"] = "published"
+    commit(admin, name, [e])
+    assert uids(query(admin, name, {"review_state": "published"})) == ["a"]
+    bad = admin.post(f"/catalogs/{name}/batches", json={"batch_id": "x", "entries": [entry("b", "/plone/b", subjects=["s"])]})
+    assert bad.status_code == 422  # Subject is gone
+
+
+# -- batches ---------------------------------------------------------------------------------------
+
+def test_same_batch_twice_applies_once(admin, catalog):
+    name, _ = catalog
+    first = commit(admin, name, [entry("a", "/plone/a")], batch_id="b-1")
+    second = commit(admin, name, [entry("a", "/plone/a"), entry("b", "/plone/b")], batch_id="b-1")
+    assert second["counter"] == first["counter"]
+    assert uids(query(admin, name, {"portal_type": "Document"})) == ["a"]
+
+
+def test_older_version_never_replaces_newer(admin, catalog):
+    name, _ = catalog
+    commit(admin, name, [entry("a", "/plone/a", portal_type="News Item", version=5)])
+    result = commit(admin, name, [entry("a", "/plone/a", portal_type="Document", version=3)])
+    assert result["skipped_stale"] == 1
+    assert uids(query(admin, name, {"portal_type": "News Item"})) == ["a"]
+    commit(admin, name, [{"op": "unindex", "uid": "a", "version": 7}])
+    commit(admin, name, [entry("a", "/plone/a", version=6)])  # a late write from before the delete
+    assert query(admin, name, {"portal_type": ["Document", "News Item"]})["items_total"] == 0
+    commit(admin, name, [entry("a", "/plone/a", version=8)])
+    assert query(admin, name, {"portal_type": "Document"})["items_total"] == 1
+
+
+def test_two_phase_batch_visibility(admin, catalog):
+    name, _ = catalog
+    commit(admin, name, [entry("a", "/plone/a")])
+    before = query(admin, name, {"portal_type": "Document"})["counter"]
+    r = admin.post(f"/catalogs/{name}/batches?stage=true", json={
+        "batch_id": "tx-1", "entries": [entry("b", "/plone/b"), {"op": "unindex", "uid": "a"}]})
+    assert r.json()["state"] == "staged"
+    # Invisible to everyone else, and the counter has not moved.
+    others = query(admin, name, {"portal_type": "Document"})
+    assert uids(others) == ["a"] and others["counter"] == before
+    # Visible to the transaction that staged it.
+    assert uids(query(admin, name, {"portal_type": "Document"}, batch_ids=["tx-1"])) == ["b"]
+    # Staging again with the same id replaces the staged content.
+    admin.post(f"/catalogs/{name}/batches?stage=true", json={
+        "batch_id": "tx-1", "entries": [entry("b", "/plone/b"), entry("c", "/plone/c")]})
+    assert sorted(uids(query(admin, name, {"portal_type": "Document"}, batch_ids=["tx-1"]))) == ["a", "b", "c"]
+    r = admin.post(f"/catalogs/{name}/batches/tx-1/commit")
+    assert r.status_code == 200 and r.json()["counter"] == before + 1
+    assert sorted(uids(query(admin, name, {"portal_type": "Document"}))) == ["a", "b", "c"]
+    # Commit is idempotent.
+    assert admin.post(f"/catalogs/{name}/batches/tx-1/commit").json()["counter"] == before + 1
+    assert admin.post(f"/catalogs/{name}/batches/tx-1/abort").status_code == 409
+
+
+def test_aborted_batch_leaves_nothing(admin, catalog):
+    name, _ = catalog
+    admin.post(f"/catalogs/{name}/batches?stage=true", json={"batch_id": "tx-2", "entries": [entry("z", "/plone/z")]})
+    assert admin.post(f"/catalogs/{name}/batches/tx-2/abort").json()["state"] == "aborted"
+    assert query(admin, name, {"portal_type": "Document"})["items_total"] == 0
+    assert admin.post(f"/catalogs/{name}/batches/tx-2/commit").status_code == 409
+    r = admin.post(f"/catalogs/{name}/batches?stage=true", json={"batch_id": "tx-2", "entries": []})
+    assert r.status_code == 409
+    assert admin.post(f"/catalogs/{name}/batches/never-staged/commit").status_code == 404
+
+
+def test_partial_reindex_changes_only_named_indexes(admin, catalog):
+    name, _ = catalog
+    commit(admin, name, [entry("a", "/plone/a", subjects=["x"], title="Old")])
+    commit(admin, name, [{"op": "index", "uid": "a", "path": "/plone/a", "idxs": ["portal_type"],
+                          "values": {"portal_type": "News Item"}, "metadata": {"Title": "New"}, "version": 2}])
+    result = query(admin, name, {"Subject": "x"})
+    assert uids(result) == ["a"]
+    assert result["items"][0]["metadata"]["Title"] == "New"
+    assert uids(query(admin, name, {"portal_type": "News Item"})) == ["a"]
+
+
+@pytest.mark.parametrize("bad", [
+    {"op": "index", "uid": "a", "path": "/plone/a", "values": {"nope": 1}},
+    {"op": "index", "uid": "a", "path": "/plone/a", "values": {"modified": "not a date"}},
+    {"op": "index", "uid": "a", "path": "/plone/a", "values": {"portal_type": ["a", "list"]}},
+    {"op": "index", "uid": "a", "path": "/plone/a", "metadata": {"undeclared": 1}},
+    {"op": "index", "uid": "", "path": "/plone/a"},
+    {"op": "explode", "uid": "a"},
+])
+def test_bad_batches_are_rejected_whole(admin, catalog, bad):
+    name, _ = catalog
+    commit(admin, name, [entry("keep", "/plone/keep")])
+    r = admin.post(f"/catalogs/{name}/batches", json={"batch_id": uuid.uuid4().hex,
+                                                      "entries": [entry("new", "/plone/new"), bad]})
+    assert 400 <= r.status_code < 500, r.text
+    assert uids(query(admin, name, {"portal_type": "Document"})) == ["keep"]
+
+
+# -- security --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def secured(admin, catalog):
+    name, token = catalog
+    past, future = NOW - timedelta(days=1), NOW + timedelta(days=1)
+    commit(admin, name, [
+        entry("public", "/plone/public", effective=past),
+        entry("private", "/plone/private", allowed=["Manager", "user:joe"]),
+        entry("future", "/plone/future", effective=future),
+        entry("expired", "/plone/expired", effective=past - timedelta(days=9), expires=past),
+    ])
+    return name, token
+
+
+def test_anonymous_sees_published_effective_only(live_service, secured):
+    name, _ = secured
+    with live_service.client(token=False) as anonymous:
+        r = anonymous.get("/search", params={"catalog": name, "portal_type": "Document"})
+        assert r.status_code == 200
+        assert uids(r.json()) == ["public"]
+        # Trying to widen security from the query is refused, not obeyed.
+        r = anonymous.post(f"/search?catalog={name}", json={"query": {"allowedRolesAndUsers": ["Manager"]}})
+        assert r.status_code == 403
+        # Headers only a connector may use are ignored without its credential.
+        r = anonymous.post(f"/search?catalog={name}", json={"query": {"portal_type": "Document"},
+                                                           "show_inactive": True},
+                           headers={"X-Catalog-Principals": '["Manager"]', "X-Catalog-Unrestricted": "1"})
+        assert uids(r.json()) == ["public"]
+
+
+def test_connector_principals_and_inactive(live_service, secured):
+    name, token = secured
+    with live_service.client(token=token) as connector:
+        joe = {"X-Catalog-Principals": '["Anonymous", "user:joe"]'}
+        assert sorted(uids(query(connector, name, {"portal_type": "Document"}, headers=joe))) == ["private", "public"]
+        everything = query(connector, name, {"portal_type": "Document"}, headers=joe, show_inactive=True)
+        assert sorted(uids(everything)) == ["expired", "future", "private", "public"]
+        assert query(connector, name, {"portal_type": "Document"}, headers=UNRESTRICTED)["items_total"] == 4
+
+
+def test_signed_tokens(live_service, secured):
+    name, token = secured
+    with live_service.client(token=token) as connector:
+        minted = connector.post(f"/catalogs/{name}/tokens", json={"principals": ["Anonymous", "user:joe"]}).json()
+    with live_service.client(token=minted["token"]) as frontend:
+        r = frontend.get("/search", params={"catalog": name, "portal_type": "Document"})
+        assert sorted(uids(r.json())) == ["private", "public"]
+        r = frontend.post(f"/search?catalog={name}", json={"query": {"portal_type": "Document"}},
+                          headers=UNRESTRICTED)
+        assert sorted(uids(r.json())) == ["private", "public"]
+        assert frontend.post(f"/catalogs/{name}/batches", json={"batch_id": "x", "entries": []}).status_code == 403
+    forged = minted["token"][:-4] + ("AAAA" if not minted["token"].endswith("AAAA") else "BBBB")
+    with live_service.client(token=forged) as forger:
+        assert forger.get("/search", params={"catalog": name, "portal_type": "Document"}).status_code == 401
+
+
+# -- queries: bad input and data that looks like syntax --------------------------------------------
+
+ODD_IDS = ["with space", "100%", "under_score", "dot.ted", "ünïcödé", "日本語", "a'quote", "semi;colon"]
+
+
+def test_ids_and_paths_are_data_not_patterns(admin, catalog):
+    name, _ = catalog
+    entries = [entry(f"u{i}", f"/plone/{odd}", position=i) for i, odd in enumerate(ODD_IDS)]
+    entries += [entry(f"c{i}", f"/plone/{odd}/child", position=0) for i, odd in enumerate(ODD_IDS)]
+    entries.append(entry("decoy", "/plone/100x/child"))
+    entries.append(entry("decoy2", "/plone/underXscore/child"))
+    commit(admin, name, entries)
+    for i, odd in enumerate(ODD_IDS):
+        children = query(admin, name, {"path": {"query": f"/plone/{odd}", "depth": 1}})
+        assert uids(children) == [f"c{i}"], odd
+        subtree = query(admin, name, {"path": f"/plone/{odd}"})
+        assert sorted(uids(subtree)) == sorted([f"u{i}", f"c{i}"]), odd
+        assert uids(query(admin, name, {"id": odd})) == [f"u{i}"]
+
+
+SQLISH = ["'; drop table catalog; --", "%", "_", "\\", "' or '1'='1", "$1", "::jsonb", "\"", "*", "NOT"]
+
+
+@pytest.mark.parametrize("value", SQLISH)
+def test_sql_looking_values_in_every_field(admin, catalog, value):
+    name, _ = catalog
+    commit(admin, name, [entry("a", "/plone/a")])
+    for q in ({"portal_type": value}, {"Subject": [value]}, {"id": {"query": value, "not": value}},
+              {"path": value}, {"path": {"query": "/plone/" + value, "depth": 1}},
+              {"portal_type": {"query": [value], "range": "min"}}):
+        r = admin.post(f"/catalogs/{name}/query", json={"query": q}, headers=UNRESTRICTED)
+        assert r.status_code in (200, 400), (q, r.text)
+    r = admin.post(f"/catalogs/{name}/query", json={"query": {"SearchableText": value}}, headers=UNRESTRICTED)
+    assert r.status_code in (200, 400), r.text
+    assert uids(query(admin, name, {"portal_type": "Document"})) == ["a"]
+
+
+@pytest.mark.parametrize("q, status", [
+    ({"portal_type": "x", "b_size": 10**7}, 422),
+    ({"portal_type": ["x"] * 5000}, 422),
+    ({"portal_type": "x", "sort_on": "nope"}, 400),
+    ({"portal_type": {"query": "x", "bogus": 1}}, 400),
+    ({"SearchableText": "(unbalanced"}, 400),
+    ({"modified": {"query": "yesterday-ish", "range": "min"}}, 400),
+])
+def test_bad_queries_are_problem_details(admin, catalog, q, status):
+    name, _ = catalog
+    r = admin.post(f"/catalogs/{name}/query", json={"query": q}, headers=UNRESTRICTED)
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.json()["detail"]
+
+
+def test_batching_past_the_end(admin, catalog):
+    name, _ = catalog
+    commit(admin, name, [entry(f"d{i}", f"/plone/d{i}", position=i) for i in range(7)])
+    result = query(admin, name, {"path": {"query": "/plone", "depth": 1}, "sort_on": "getObjPositionInParent"},
+                   b_start=5, b_size=5)
+    assert uids(result) == ["d5", "d6"] and result["items_total"] == 7
+    result = query(admin, name, {"path": {"query": "/plone", "depth": 1}}, b_start=50, b_size=5)
+    assert result["items"] == [] and result["items_total"] == 7
+
+
+def test_unknown_catalog_is_404(admin):
+    r = admin.post("/catalogs/no-such-catalog/query", json={"query": {}})
+    assert r.status_code == 404
+
+
+# -- operations ------------------------------------------------------------------------------------
+
+def test_health_and_metrics(live_service):
+    assert httpx.get(live_service.url + "/healthz").json() == {"status": "ok"}
+    assert httpx.get(live_service.url + "/readyz").json() == {"status": "ready"}
+    metrics = httpx.get(live_service.url + "/metrics").text
+    assert "catalog_http_requests_total" in metrics
+
+
+def test_openapi_lists_the_api(live_service):
+    paths = httpx.get(live_service.url + "/openapi.json").json()["paths"]
+    for path in ("/catalogs", "/catalogs/{name}/batches", "/catalogs/{name}/query", "/search"):
+        assert path in paths
+
+
+def test_restricted_query_sees_its_own_staged_changes(live_service, catalog):
+    """Regression: staged rows had no principals, so restricted queries of the transaction that
+    staged them did not see them."""
+    name, token = catalog
+    with live_service.client(token=token) as connector:
+        r = connector.post(f"/catalogs/{name}/batches?stage=true", json={
+            "batch_id": "own", "entries": [entry("mine", "/plone/mine", allowed=["user:joe"])]})
+        assert r.status_code == 200
+        joe = {"X-Catalog-Principals": '["Anonymous", "user:joe"]'}
+        assert uids(query(connector, name, {"portal_type": "Document"}, headers=joe, batch_ids=["own"])) == ["mine"]
+        anna = {"X-Catalog-Principals": '["Anonymous", "user:anna"]'}
+        assert uids(query(connector, name, {"portal_type": "Document"}, headers=anna, batch_ids=["own"])) == []
+
+
+def test_object_data_for_uids_with_slashes(admin, catalog):
+    name, _ = catalog
+    commit(admin, name, [entry("/plone/a/b", "/plone/a/b")])
+    r = admin.get(f"/catalogs/{name}/objects//plone/a/b")
+    assert r.status_code == 200, r.text
+    assert r.json()["uid"] == "/plone/a/b"
+    assert r.json()["indexes"]["portal_type"] == "Document"
+
+
+def test_sort_on_path(admin, catalog):
+    name, _ = catalog
+    commit(admin, name, [entry("b", "/plone/b"), entry("a", "/plone/a"), entry("c", "/plone/a/c")])
+    assert uids(query(admin, name, {"portal_type": "Document", "sort_on": "path"})) == ["a", "c", "b"]
+
+
+def test_after_batch_says_whether_the_answer_is_complete(admin, catalog):
+    name, _ = catalog
+    commit(admin, name, [entry("a", "/plone/a")], batch_id="done")
+    assert query(admin, name, {"portal_type": "Document"}, after_batch="done")["complete"] is True
+    admin.post(f"/catalogs/{name}/batches?stage=true", json={"batch_id": "pending", "entries": []})
+    assert query(admin, name, {"portal_type": "Document"}, after_batch="pending")["complete"] is False
+    assert query(admin, name, {"portal_type": "Document"}, after_batch="unknown")["complete"] is False
+    assert query(admin, name, {"portal_type": "Document"})["complete"] is True
+
+
+def test_verify_compares_in_stored_form(admin, catalog):
+    name, _ = catalog
+    e = entry("a", "/plone/a", subjects=["x"])
+    commit(admin, name, [e])
+    r = admin.post(f"/catalogs/{name}/verify", json={"entries": [e]})
+    assert r.json()["results"]["a"] == {"missing": False, "indexes": [], "metadata": []}
+    changed = entry("a", "/plone/a", subjects=["y"], title="Other")
+    missing = entry("b", "/plone/b")
+    r = admin.post(f"/catalogs/{name}/verify", json={"entries": [changed, missing]})
+    assert r.json()["results"]["a"] == {"missing": False, "indexes": ["Subject"], "metadata": ["Title"]}
+    assert r.json()["results"]["b"]["missing"] is True
+
+
+def test_unique_values(admin, catalog):
+    name, _ = catalog
+    commit(admin, name, [entry("a", "/plone/a", subjects=["b", "a"]), entry("b", "/plone/b", portal_type="Folder",
+                                                                         subjects=["c"])])
+    assert admin.get(f"/catalogs/{name}/unique/portal_type").json()["values"] == ["Document", "Folder"]
+    assert admin.get(f"/catalogs/{name}/unique/Subject").json()["values"] == ["a", "b", "c"]
+    assert admin.get(f"/catalogs/{name}/unique/SearchableText").status_code == 404
+    assert admin.get(f"/catalogs/{name}/unique/nope").status_code == 404
+
+
+def test_search_get_forms(live_service, admin, catalog):
+    name, _ = catalog
+    commit(admin, name, [entry("a", "/plone/a", subjects=["x", "y"], effective=NOW - timedelta(days=1)),
+                         entry("b", "/plone/b", subjects=["y"], effective=NOW - timedelta(days=1))])
+    with live_service.client(token=False) as anonymous:
+        r = anonymous.get("/search", params=[("catalog", name), ("Subject", "x"), ("Subject", "zzz")])
+        assert uids(r.json()) == ["a"]
+        r = anonymous.get("/search", params={"catalog": name, "q": '{"Subject": {"query": ["x", "y"], "operator": "and"}}'})
+        assert uids(r.json()) == ["a"]
+        r = anonymous.get("/search", params={"catalog": name, "q": "[1, 2]"})
+        assert r.status_code == 400
+        r = anonymous.get("/search", params={"catalog": name, "Subject": "y", "b_size": "x"})
+        assert r.status_code == 400
+        r = anonymous.get("/search", params={"catalog": name, "Subject": "y", "b_size": 1, "b_start": 1,
+                                             "sort_on": "id"})
+        assert uids(r.json()) == ["b"] and r.json()["items_total"] == 2
+
+
+def test_text_query_paged_past_the_end(admin, catalog):
+    """Regression: the count of a relevance-ordered page past the end got the score's parameters
+    too, and answered 500."""
+    name, _ = catalog
+    commit(admin, name, [entry("a", "/plone/a", text="plone folder")])
+    result = query(admin, name, {"SearchableText": "plone AND folder"}, b_start=12, b_size=4)
+    assert result["items"] == [] and result["items_total"] == 1

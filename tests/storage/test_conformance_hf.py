@@ -1,0 +1,130 @@
+"""ZODB's own storage conformance tests against the history-free JsonbStorage.
+
+Mixin tests that need history (old revisions, undo, transaction metadata) cannot apply to a
+history-free storage; each is replaced by a skip with its reason or by a history-free variant
+checking what does apply. The history-preserving mode runs them (test_conformance_hp.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from ZODB.POSException import POSKeyError
+from ZODB.serialize import referencesf
+from ZODB.tests import (
+    BasicStorage,
+    ConflictResolution,
+    IteratorStorage,
+    MTStorage,
+    PackableStorage,
+    PersistentStorage,
+    ReadOnlyStorage,
+    StorageTestBase,
+    Synchronization,
+)
+from ZODB.tests.PackableStorage import ZERO, Root, dumps, pdumps
+from ZODB.tests.testMVCCMappingStorage import MVCCTests
+from ZODB.utils import load_current
+
+from plone_connector.storage import JsonbStorage
+from tests.storage.conformance import not_applicable, run_checks
+
+NO_HISTORY = "history-free: old revisions are not kept"
+NO_UNDO = "history-free: no undo"
+NO_METADATA = "history-free: transaction metadata (user, description, extension) is not kept"
+
+
+class JsonbStorageTestBase(StorageTestBase.StorageTestBase):
+    @pytest.fixture(autouse=True)
+    def _database(self, storage_dsn):
+        self._dsn = storage_dsn
+
+    def open(self, read_only=False):
+        self._storage = JsonbStorage(self._dsn, read_only=read_only)
+
+    def setUp(self):
+        super().setUp()
+        self.open()
+        self._storage.cleanup()
+
+    def _new_storage_client(self):
+        # racetest: another client of the same database, as another process would be.
+        return JsonbStorage(self._dsn)
+
+
+@run_checks
+class HistoryFreeConformance(
+    JsonbStorageTestBase,
+    BasicStorage.BasicStorage,
+    MTStorage.MTStorage,
+    Synchronization.SynchronizedStorage,
+    ConflictResolution.ConflictResolvingStorage,
+    PersistentStorage.PersistentStorage,
+    ReadOnlyStorage.ReadOnlyStorage,
+    IteratorStorage.IteratorStorage,
+    PackableStorage.PackableStorage,
+    MVCCTests,
+):
+    @not_applicable(
+        "opens 64 database clients at once (about 130 PostgreSQL connections), more than the"
+        " test server's max_connections=100; the 8-client external-invalidation race runs"
+    )
+    def test_race_external_invalidate_vs_disconnect(self):
+        pass
+
+    @not_applicable(NO_HISTORY + " (iterates and loadSerial()s every revision)")
+    def testSimpleIteration(self):
+        pass
+
+    @not_applicable(NO_UNDO)
+    def testUndoZombie(self):
+        pass
+
+    @not_applicable(NO_METADATA)
+    def testTransactionExtensionFromIterator(self):
+        pass
+
+    @not_applicable(NO_HISTORY + " (loadSerial of revisions 1 and 2 before the pack)")
+    def testPackOnlyOneObject(self):
+        pass
+
+    def testPackAllRevisions(self):
+        # History-free variant: only the current revision exists; pack removes the object,
+        # which the root does not reference.
+        self._initroot()
+        obj = self._newobj()
+        oid = obj.getoid()
+        obj.value = 1
+        tid1 = self._dostoreNP(oid, data=pdumps(obj))
+        obj.value = 2
+        tid2 = self._dostoreNP(oid, revid=tid1, data=pdumps(obj))
+        with self.assertRaises(KeyError):
+            self._storage.loadSerial(oid, tid1)
+        # The record is rebuilt from JSON: an equal state, not necessarily the same bytes.
+        self.assertEqual(self._makeloader()(self._storage.loadSerial(oid, tid2)).value, 2)
+        self._storage.pack(time.time(), referencesf)
+        for tid in tid1, tid2:
+            with self.assertRaises(KeyError):
+                self._storage.loadSerial(oid, tid)
+        with self.assertRaises(POSKeyError):
+            self._storage.load(oid)
+
+    def testPackJustOldRevisions(self):
+        # History-free variant: an object the root references survives pack unchanged.
+        loads = self._makeloader()
+        root = Root()
+        obj = self._newobj()
+        oid = obj.getoid()
+        root.obj = obj
+        root.value = 0
+        revid0 = self._dostoreNP(ZERO, data=dumps(root))
+        obj.value = 1
+        revid1 = self._dostoreNP(oid, data=pdumps(obj))
+        obj.value = 3
+        revid3 = self._dostoreNP(oid, revid=revid1, data=pdumps(obj))
+        self._storage.pack(time.time(), referencesf)
+        data, revid = load_current(self._storage, ZERO)
+        self.assertEqual((revid, loads(data).value), (revid0, 0))
+        data, revid = load_current(self._storage, oid)
+        self.assertEqual((revid, loads(data).value), (revid3, 3))

@@ -1,0 +1,96 @@
+"""ZODB's own storage conformance tests against the history-preserving JsonbStorage."""
+
+from __future__ import annotations
+
+import pytest
+from ZODB.tests import (
+    BasicStorage,
+    ConflictResolution,
+    HistoryStorage,
+    IteratorStorage,
+    MTStorage,
+    PackableStorage,
+    PersistentStorage,
+    ReadOnlyStorage,
+    RecoveryStorage,
+    RevisionStorage,
+    StorageTestBase,
+    Synchronization,
+    TransactionalUndoStorage,
+)
+from ZODB.tests.testMVCCMappingStorage import MVCCTests
+
+from plone_connector.storage import JsonbStorage
+from tests.storage.conformance import not_applicable, run_checks
+
+
+class HistoryPreservingTestBase(StorageTestBase.StorageTestBase):
+    @pytest.fixture(autouse=True)
+    def _database(self, hp_storage_dsn):
+        self._dsn = hp_storage_dsn
+
+    def open(self, read_only=False):
+        self._storage = JsonbStorage(self._dsn, history_preserving=True, read_only=read_only)
+
+    def setUp(self):
+        super().setUp()
+        self.open()
+        self._storage.cleanup()
+
+    def _new_storage_client(self):
+        return JsonbStorage(self._dsn, history_preserving=True)
+
+
+@run_checks
+class HistoryPreservingConformance(
+    HistoryPreservingTestBase,
+    BasicStorage.BasicStorage,
+    MTStorage.MTStorage,
+    Synchronization.SynchronizedStorage,
+    ConflictResolution.ConflictResolvingStorage,
+    ConflictResolution.ConflictResolvingTransUndoStorage,
+    PersistentStorage.PersistentStorage,
+    ReadOnlyStorage.ReadOnlyStorage,
+    IteratorStorage.IteratorStorage,
+    IteratorStorage.ExtendedIteratorStorage,
+    PackableStorage.PackableStorage,
+    PackableStorage.PackableUndoStorage,
+    RevisionStorage.RevisionStorage,
+    HistoryStorage.HistoryStorage,
+    TransactionalUndoStorage.TransactionalUndoStorage,
+    MVCCTests,
+):
+    @not_applicable(
+        "takes its pack time from a patched time.time() that runs ahead of the real clock,"
+        " while this storage's tids come from the database clock"
+    )
+    def testPackUndoLog(self):
+        pass
+
+    @not_applicable(
+        "opens 64 database clients at once (about 130 PostgreSQL connections), more than the"
+        " test server's max_connections=100; the 8-client external-invalidation race runs"
+    )
+    def test_race_external_invalidate_vs_disconnect(self):
+        pass
+
+
+@run_checks
+class HistoryPreservingRecovery(HistoryPreservingTestBase, RecoveryStorage.RecoveryStorage):
+    """copyTransactionsFrom/restore between two history-preserving storages."""
+
+    @pytest.fixture(autouse=True)
+    def _destination(self, hp_destination_dsn):
+        self._dst_dsn = hp_destination_dsn
+
+    def setUp(self):
+        super().setUp()
+        self._dst = JsonbStorage(self._dst_dsn, history_preserving=True)
+        self._dst.cleanup()
+
+    def new_dest(self):
+        return JsonbStorage(self._dst_dsn, history_preserving=True)
+
+    def tearDown(self):
+        self._dst.close()
+        super().tearDown()

@@ -1,0 +1,185 @@
+"""Garbage collection of the history-free storage, also while other processes commit."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import psycopg
+import pytest
+import transaction
+import ZODB
+import ZODB.blob
+from persistent.mapping import PersistentMapping
+from ZODB.POSException import ConflictError, POSKeyError, ReadConflictError
+from ZODB.serialize import referencesf
+from ZODB.utils import z64
+
+from plone_connector.storage import JsonbStorage
+from plone_connector.storage.storage import DisconnectedError
+
+
+@pytest.fixture
+def storage(storage_dsn, tmp_path):
+    storage = JsonbStorage(storage_dsn, blob_dir=str(tmp_path / "blobs"))
+    storage.cleanup()
+    yield storage
+    storage.close()
+
+
+def reachable(storage) -> set[bytes]:
+    """Every oid reachable from the root, loading each one (a dangling reference raises)."""
+    seen, todo = set(), [z64]
+    while todo:
+        oid = todo.pop()
+        if oid in seen:
+            continue
+        seen.add(oid)
+        data, _serial = storage.load(oid)
+        todo.extend(referencesf(data))
+    return seen
+
+
+def row_count(storage) -> int:
+    with psycopg.connect(storage._shared.dsn) as conn:
+        return conn.execute("select count(*) from zodb_object_state").fetchone()[0]
+
+
+def test_pack_removes_unreachable_objects_and_their_blobs(storage):
+    db = ZODB.DB(storage)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        root = conn.root()
+        root["keep"] = PersistentMapping(child=PersistentMapping(n=1))
+        root["drop"] = PersistentMapping(child=PersistentMapping(n=2))
+        blob = ZODB.blob.Blob(b"blob data")
+        root["blob"] = blob
+        tm.commit()
+        blob_oid = blob._p_oid
+        blob_serial = storage.load(blob_oid)[1]
+        blob_file = storage.loadBlob(blob_oid, blob_serial)
+        del root["drop"], root["blob"]
+        tm.commit()
+        assert row_count(storage) == 6
+        storage.pack(time.time(), referencesf)
+        assert reachable(storage) == {z64, root["keep"]._p_oid, root["keep"]["child"]._p_oid}
+        assert row_count(storage) == 3
+        with psycopg.connect(storage._shared.dsn) as pg:
+            assert pg.execute("select count(*) from zodb_blob_chunk").fetchone()[0] == 0
+        with pytest.raises(POSKeyError):
+            storage.load(blob_oid)
+        import os
+
+        assert not os.path.exists(blob_file)
+        conn.close()
+    finally:
+        db.close()
+
+
+def _writer(dsn, seed, stop, errors, commits):
+    """Creates, unlinks and re-links objects, including ones another writer has unlinked."""
+    rnd = random.Random(seed)
+    storage = JsonbStorage(dsn)
+    db = ZODB.DB(storage)
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    held = []  # persistent objects kept across transactions: the dangerous case for pack
+    try:
+        while not stop.is_set():
+            try:
+                tm.begin()
+                slots = conn.root()[f"slots{seed}"]
+                for _ in range(3):
+                    key = rnd.randrange(8)
+                    if held and rnd.random() < 0.4:
+                        obj = rnd.choice(held)
+                    else:
+                        obj = PersistentMapping(child=PersistentMapping(n=rnd.random()))
+                    old = slots.get(key)
+                    slots[key] = obj
+                    if old is not None:
+                        held.append(old)
+                # Borrow objects linked by the other writer; it may unlink them before we link them.
+                other = conn.root()[f"slots{1 - seed}"]
+                held.extend(other.values())
+                del held[:-12]
+                tm.commit()
+                commits.append(1)
+            except (ConflictError, ReadConflictError, POSKeyError, DisconnectedError):
+                # POSKeyError: a held object pack removed; the application drops it and retries.
+                tm.abort()
+                held.clear()
+    except Exception as error:  # noqa: BLE001 - reported by the test
+        errors.append(error)
+    finally:
+        tm.abort()
+        conn.close()
+        db.close()
+
+
+@pytest.mark.slow
+def test_pack_while_writers_commit_never_removes_a_live_object(storage, storage_dsn):
+    db = ZODB.DB(storage)
+    with db.transaction() as conn:
+        conn.root()["slots0"] = PersistentMapping()
+        conn.root()["slots1"] = PersistentMapping()
+    stop, errors, commits = threading.Event(), [], []
+    writers = [
+        threading.Thread(target=_writer, args=(storage_dsn, seed, stop, errors, commits))
+        for seed in (0, 1)
+    ]
+    for thread in writers:
+        thread.start()
+    packs = 0
+    deadline = time.monotonic() + 6
+    try:
+        while time.monotonic() < deadline:
+            storage.pack(time.time(), referencesf)
+            packs += 1
+            # Integrity at every step, while the writers go on.
+            reachable(storage)
+    finally:
+        stop.set()
+        for thread in writers:
+            thread.join()
+    assert errors == []
+    assert packs >= 5 and len(commits) >= 20
+    storage.pack(time.time(), referencesf)
+    live = reachable(storage)
+    # And garbage was really collected: nothing but live objects remains.
+    assert row_count(storage) == len(live)
+    db.close()
+
+
+@pytest.mark.parametrize("new_transaction_after_pack", [False, True])
+def test_relinking_an_object_removed_by_pack_is_refused(storage, storage_dsn, new_transaction_after_pack):
+    db1 = ZODB.DB(storage)
+    db2 = ZODB.DB(JsonbStorage(storage_dsn))
+    try:
+        tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+        c1 = db1.open(tm1)
+        c1.root()["one"] = PersistentMapping(x=PersistentMapping(n=1))
+        c1.root()["two"] = PersistentMapping()
+        tm1.commit()
+        c2 = db2.open(tm2)
+        held = c2.root()["one"]["x"]  # process 2 holds x
+        assert held["n"] == 1
+        del c1.root()["one"]["x"]
+        tm1.commit()
+        storage.pack(time.time(), referencesf)
+        with pytest.raises(POSKeyError):
+            storage.load(held._p_oid)
+        if new_transaction_after_pack:
+            tm2.begin()  # the application kept ``held`` across transactions
+        c2.root()["two"]["y"] = held
+        with pytest.raises(ReadConflictError, match="removed by pack"):
+            tm2.commit()
+        tm2.abort()
+        reachable(storage)
+        c1.close()
+        c2.close()
+    finally:
+        db1.close()
+        db2.close()
