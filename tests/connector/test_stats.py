@@ -6,9 +6,11 @@ import json
 import logging
 
 import pytest
+from DateTime import DateTime
 from plone.testing import zope
 
 from plone_connector.catalog import stats
+from plone_connector.catalog.tool import minute
 from tests.connector.sites import CONNECTED, PASSWORD
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
@@ -27,11 +29,18 @@ def test_renders_count_service_requests_and_cache_hits(plone_sites, monkeypatch,
     monkeypatch.setattr(stats, "LOG_INTERVAL", 0.0)
     with zope.zopeApp() as app:
         anonymous = browser(app)
-        with caplog.at_level(logging.INFO, logger="plone_connector.catalog"):
-            anonymous.open(f"http://nohost/{CONNECTED}")
-            first = stats.totals.as_dict()
-            anonymous.open(f"http://nohost/{CONNECTED}")
-        second = stats.totals.as_dict()
+        # Queries carry `now` floored to the minute (effectiveRange), so two renders across a
+        # minute boundary rightly share no cache entry: render the pair again in that case.
+        for _attempt in range(3):
+            stats.reset()
+            started = minute(DateTime())
+            with caplog.at_level(logging.INFO, logger="plone_connector.catalog"):
+                anonymous.open(f"http://nohost/{CONNECTED}")
+                first = stats.totals.as_dict()
+                anonymous.open(f"http://nohost/{CONNECTED}")
+            second = stats.totals.as_dict()
+            if minute(DateTime()) == started:
+                break
         # The site root's navigation queries the catalog; the same page again is served from the
         # cache (nothing committed in between), so it sends fewer requests, and hits.
         assert first["renders"] == 1 and first["service_requests"] > 0
