@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     statement_cache_size: int = 512
     # Seconds a statement may run before PostgreSQL cancels it.
     statement_timeout: float = 10.0
+    # PostgreSQL work_mem of the service's sessions: the sort of a long unbatched listing or of
+    # relevance scores must stay in memory (the server default, 4MB, spills them to disk).
+    work_mem: str = Field(default="32MB", pattern=r"^[0-9]+ ?(kB|MB|GB)$")
 
     # Bearer token of operators: create/drop catalogs, and connector rights on every catalog.
     admin_token: str = ""

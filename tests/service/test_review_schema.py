@@ -1,6 +1,7 @@
 """Review: expression indexes of declared indexes (indexes/base.py ``index_ident``).
 
-The test shows a bug found in review and is marked xfail(strict=True) until it is fixed.
+Regression test for a bug found in review: expression index names were unquoted identifiers,
+which PostgreSQL folds to lower case, so 'Subject' and 'subject' shared one SQL index.
 """
 
 from __future__ import annotations
@@ -27,9 +28,6 @@ def gin_indexes_on(dsn: str, catalog: str, key: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-@pytest.mark.xfail(strict=True, reason="expression index names are unquoted identifiers, which PostgreSQL "
-                   "folds to lower case: 'Subject' and 'subject' share one name, the second "
-                   "'create index if not exists' is skipped, and removing 'subject' drops Subject's index")
 def test_index_names_differing_in_case_get_their_own_sql_indexes(service):
     declarations = [IndexDeclaration(name="Subject", type="KeywordIndex"),
                     IndexDeclaration(name="subject", type="KeywordIndex")]

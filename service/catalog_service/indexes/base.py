@@ -9,13 +9,14 @@ catalog's partition that make the conditions fast.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from catalog_schemas.api import IndexDeclaration
 
 from ..errors import BadRequest, QueryError
-from ..planner.sql import Params, quote_literal_name
+from ..planner.sql import Params, ident, quote_literal_name
 
 
 class _Missing:
@@ -111,11 +112,11 @@ class Index:
 
 
 def index_ident(table: str, index: str, suffix: str) -> str:
-    """Name of an expression index; PostgreSQL cuts names at 63 bytes, so long ones get a hash."""
+    """The quoted name of an expression index. Quoted, because index names are case-sensitive
+    (``Subject`` and ``subject`` are two indexes) and PostgreSQL folds unquoted names to lower
+    case; PostgreSQL cuts names at 63 bytes, so long ones get a hash of the whole name."""
     name = f"{table}_{index}_{suffix}"
-    if len(name) <= 63:
-        return name
-    import hashlib
-
-    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
-    return f"{table}_{index[:30]}_{digest}_{suffix}"
+    if len(name) > 63:
+        digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+        name = f"{table}_{index[:30]}_{digest}_{suffix}"
+    return ident(name)

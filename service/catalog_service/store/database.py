@@ -34,6 +34,7 @@ def server_settings(settings: Settings) -> dict[str, str]:
         "plan_cache_mode": "force_custom_plan",
         "statement_timeout": str(int(settings.statement_timeout * 1000)),
         "jit": "off",
+        "work_mem": settings.work_mem,
         "application_name": "catalog-service",
     }
 
