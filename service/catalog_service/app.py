@@ -19,6 +19,7 @@ from .store.batches import resolve_expired
 from .store.catalogs import CatalogRegistry
 from .store.database import Database
 from .store.migrations import migrate
+from .store.search import CountCache
 
 log = logging.getLogger("catalog_service")
 
@@ -70,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.registry = CatalogRegistry()
+    app.state.counts = CountCache(settings.count_cache_size)
     problems.install(app)
     for module in (health, catalogs, batches, search):
         app.include_router(module.router)

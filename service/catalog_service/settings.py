@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     statement_timeout: float = 10.0
     # PostgreSQL work_mem of the service's sessions: the sort of a long unbatched listing or of
     # relevance scores must stay in memory (the server default, 4MB, spills them to disk).
+    # Totals kept per worker for repeated queries, used while the catalog's counter stands
+    # (store/search.py CountCache); 0 turns the cache off.
+    count_cache_size: int = Field(default=10000, ge=0)
     work_mem: str = Field(default="32MB", pattern=r"^[0-9]+ ?(kB|MB|GB)$")
 
     # Bearer token of operators: create/drop catalogs, and connector rights on every catalog.

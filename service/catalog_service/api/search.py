@@ -34,7 +34,7 @@ async def _search_on(conn, request: Request, name: str, body: SearchRequest, cre
                 raise Forbidden("only the connector may see staged batches")
         security = security_for(caller, cred, body.show_inactive, datetime.now(UTC))
         try:
-            return await search(conn, catalog, body, security, lim)
+            return await search(conn, catalog, body, security, lim, counts=state.counts)
         except StaleSchema:
             if refresh:
                 raise

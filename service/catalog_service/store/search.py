@@ -7,6 +7,9 @@ planned with a stale copy of the catalog's schema is detected by its revision an
 
 from __future__ import annotations
 
+import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import asyncpg
@@ -14,6 +17,7 @@ import orjson
 
 from catalog_schemas.api import SearchRequest
 
+from ..metrics import COUNT_CACHE
 from ..planner.plan import UNRESTRICTED, Limits, Security, plan_search
 from .catalogs import Catalog
 
@@ -24,12 +28,66 @@ class Answer:
     complete: bool
 
 
+class CountCache:
+    """Totals of recent queries, valid while the catalog's counter and schema revision stand.
+
+    Every write to a catalog's rows bumps its counter in the same database transaction (batch
+    commit, clear) or its schema revision (schema update), so a total counted at (counter, rev)
+    is the total of the same count statement and parameters at any later snapshot with the same
+    pair. The search statement compares the pair in its own snapshot and runs the count only
+    when they differ: the cache can save work, never return a total of another state. Values
+    that change with time (``now`` of the effective-date filter) are parameters, so part of the
+    key. Queries over staged batches are never cached (staging changes no counter).
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[tuple, tuple[int, int, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> tuple[int, int, int] | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: tuple, counter: int, schema_rev: int, total: int) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._entries[key] = (counter, schema_rev, total)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def record(self, hit: bool) -> None:
+        if hit:
+            self.hits += 1
+        else:
+            self.misses += 1
+        COUNT_CACHE.labels("hit" if hit else "miss").inc()
+
+
+_PARAM = re.compile(r"\$(\d+)")
+
+
+def _count_key(catalog: Catalog, plan, request: SearchRequest) -> tuple | None:
+    if request.batch_ids:
+        return None
+    used = max((int(n) for n in _PARAM.findall(plan.count_sql)), default=0)
+    # repr keeps types apart (1 and "1", lists and tuples); parameters are plain values.
+    return (catalog.id, plan.count_sql, repr(plan.params[:used]))
+
+
 class StaleSchema(Exception):
     """The catalog changed (schema revision, or dropped and recreated) since it was cached."""
 
 
 async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest,
-                 security: Security, limits: Limits) -> Answer:
+                 security: Security, limits: Limits, counts: CountCache | None = None) -> Answer:
     plan = plan_search(
         request.query, catalog.schema, limits, security,
         batch_ids=request.batch_ids,
@@ -50,7 +108,19 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
     params.append(request.after_batch)
     after = f"${len(params)}::text"
     # count_sql uses the first parameters of plan.params only, so it fits in the same statement.
-    total = "0::bigint" if plan.empty else f"({plan.count_sql})"
+    key = None if plan.empty or counts is None or counts.size <= 0 else _count_key(catalog, plan, request)
+    if plan.empty:
+        total = "0::bigint"
+    elif key is None:
+        total = f"({plan.count_sql})"
+    else:
+        # The count runs only if the catalog moved since the cached total (an InitPlan in an
+        # untaken CASE branch is never executed).
+        cached = counts.get(key) or (-1, -1, 0)
+        params.extend(cached)
+        n = len(params)
+        total = (f"(case when c.counter = ${n - 2}::bigint and c.schema_rev = ${n - 1}::integer "
+                 f"then ${n}::bigint else ({plan.count_sql}) end)")
     state = (f"select c.counter, c.schema_rev, (select b.state from catalog_batch b where b.catalog_id = c.id "
              f"and b.batch_id = {after}) as batch_state, {total} as total from catalog c where c.id = {cat}")
     if plan.empty:
@@ -65,6 +135,9 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
     if not rows or rows[0]["schema_rev"] != catalog.schema_rev:
         raise StaleSchema()
     head = rows[0]
+    if key is not None:
+        counts.record(hit=(head["counter"], head["schema_rev"]) == cached[:2])
+        counts.put(key, head["counter"], head["schema_rev"], head["total"])
     hits = [r for r in rows if r["rid"] is not None]
     complete = request.after_batch is None or head["batch_state"] == "committed"
     items = [
