@@ -82,6 +82,10 @@ def _count_key(catalog: Catalog, plan, request: SearchRequest) -> tuple | None:
     return (catalog.id, plan.count_sql, repr(plan.params[:used]))
 
 
+def _batch_state(after: str) -> str:
+    return f"(select b.state from catalog_batch b where b.catalog_id = c.id and b.batch_id = {after})"
+
+
 class StaleSchema(Exception):
     """The catalog changed (schema revision, or dropped and recreated) since it was cached."""
 
@@ -110,24 +114,33 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
     # count_sql uses the first parameters of plan.params only, so it fits in the same statement.
     key = None if plan.empty or counts is None or counts.size <= 0 else _count_key(catalog, plan, request)
     if plan.empty:
-        total = "0::bigint"
+        count = "0::bigint"
     elif key is None:
-        total = f"({plan.count_sql})"
+        count = f"({plan.count_sql})"
     else:
         # The count runs only if the catalog moved since the cached total (an InitPlan in an
         # untaken CASE branch is never executed).
         cached = counts.get(key) or (-1, -1, 0)
         params.extend(cached)
         n = len(params)
-        total = (f"(case when c.counter = ${n - 2}::bigint and c.schema_rev = ${n - 1}::integer "
+        count = (f"(case when c.counter = ${n - 2}::bigint and c.schema_rev = ${n - 1}::integer "
                  f"then ${n}::bigint else ({plan.count_sql}) end)")
-    state = (f"select c.counter, c.schema_rev, (select b.state from catalog_batch b where b.catalog_id = c.id "
-             f"and b.batch_id = {after}) as batch_state, {total} as total from catalog c where c.id = {cat}")
     if plan.empty:
-        sql = f"select s.*, null::bigint as rid from ({state}) s"
+        sql = (f"select c.counter, c.schema_rev, {_batch_state(after)} as batch_state, {count} as total, "
+               f"null::bigint as rid from catalog c where c.id = {cat}")
     else:
-        sql = (f"select s.*, r.* from ({state}) s left join lateral (select q.*, row_number() over () as n "
-               f"from ({plan.sql}) q) r on true order by r.n")
+        # A page that is not full ends the result: then the total is its offset plus its rows,
+        # and the count is not run. (A page size of 0 says nothing, nor does an empty page past
+        # the first.)
+        limit = plan.b_size if plan.b_size is not None else limits.max_unbatched
+        params.extend((limit, plan.b_start))
+        lim, off = f"${len(params) - 1}::bigint", f"${len(params)}::bigint"
+        rows_on_page = "(select count(*) from page)"
+        total = (f"(case when {lim} > 0 and {rows_on_page} between 1 and {lim} - 1 then {off} + {rows_on_page} "
+                 f"when {lim} > 0 and {off} = 0 and {rows_on_page} = 0 then 0 else {count} end)")
+        sql = (f"with page as materialized (select q.*, row_number() over () as n from ({plan.sql}) q) "
+               f"select c.counter, c.schema_rev, {_batch_state(after)} as batch_state, {total} as total, r.* "
+               f"from catalog c left join page r on true where c.id = {cat} order by r.n")
     try:
         rows = await conn.fetch(sql, *params)
     except asyncpg.UndefinedTableError as exc:
