@@ -8,7 +8,7 @@ import logging
 import time
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 
 from . import logs
 from .api import batches, catalogs, health, problems, search
@@ -61,6 +61,42 @@ async def lifespan(app: FastAPI):
         await db.close()
 
 
+class Observe:
+    """Request counts and latency per route, and a log line for failed or slow requests.
+
+    A plain ASGI middleware: Starlette's BaseHTTPMiddleware (``@app.middleware``) runs the
+    application in a task group of its own and costs a noticeable part of a short request.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_observed(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_observed)
+        finally:
+            route = scope.get("route")
+            name = getattr(route, "path", "unmatched")
+            elapsed = time.perf_counter() - started
+            REQUESTS.labels(name, scope["method"], str(status)).inc()
+            LATENCY.labels(name).observe(elapsed)
+            if status >= 500 or elapsed > 1.0:
+                log.warning("slow or failed request", extra={"route": name, "status": status,
+                                                            "ms": round(elapsed * 1000, 2)})
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = FastAPI(
@@ -73,22 +109,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.registry = CatalogRegistry()
     app.state.counts = CountCache(settings.count_cache_size)
     problems.install(app)
+    app.add_middleware(Observe)
     for module in (health, catalogs, batches, search):
         app.include_router(module.router)
-
-    @app.middleware("http")
-    async def observe(request: Request, call_next):
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        name = getattr(route, "path", "unmatched")
-        elapsed = time.perf_counter() - started
-        REQUESTS.labels(name, request.method, str(response.status_code)).inc()
-        LATENCY.labels(name).observe(elapsed)
-        if response.status_code >= 500 or elapsed > 1.0:
-            log.warning("slow or failed request", extra={"route": name, "status": response.status_code,
-                                                        "ms": round(elapsed * 1000, 2)})
-        return response
 
     return app
 

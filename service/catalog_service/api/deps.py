@@ -10,18 +10,27 @@ from ..planner.plan import Limits
 from ..settings import Settings
 from .auth import Credential
 
+# Dependencies are coroutines: FastAPI runs plain functions in a thread pool, a thread hop per
+# dependency per request.
 
-def settings(request: Request) -> Settings:
+async def settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def limits(request: Request) -> Limits:
-    s: Settings = request.app.state.settings
+def limits_of(s: Settings) -> Limits:
     return Limits(max_b_size=s.max_b_size, max_unbatched=s.max_unbatched, max_list_length=s.max_list_length,
                   max_text_length=s.max_text_length, max_query_terms=s.max_query_terms)
 
 
-def credential(
+async def limits(request: Request) -> Limits:
+    state = request.app.state
+    lim = getattr(state, "limits", None)
+    if lim is None:
+        lim = state.limits = limits_of(state.settings)
+    return lim
+
+
+async def credential(
     authorization: str | None = Header(default=None),
     x_catalog_principals: str | None = Header(default=None),
     x_catalog_unrestricted: str | None = Header(default=None),
