@@ -79,7 +79,13 @@ def _bigrams(piece: str, keep_last_char: bool) -> list[str]:
 
 
 def _split_document(text: str) -> Iterator[str]:
-    for word in _WORD.findall(unicodedata.normalize("NFKC", text)):
+    text = unicodedata.normalize("NFKC", text)
+    if not _BIGRAM_CHAR.search(text):
+        # No CJK, Hangul or Thai anywhere: every word is one piece (the common case, and the
+        # per-word piece split was half of a rebuild's conversion time).
+        yield from _WORD.findall(text)
+        return
+    for word in _WORD.findall(text):
         for piece in _PIECE.findall(word):
             if _BIGRAM_CHAR.match(piece):
                 yield from _bigrams(piece, keep_last_char=True)
