@@ -152,7 +152,15 @@ def index_words(text: str | Sequence[str]) -> list[str]:
     after the other, as if concatenated with a word break between them). The
     length of the result is the document length used by Okapi scoring.
     """
-    return [normalize_word(w) for s in _text_list(text) for w in _split_document(s)]
+    words: list[str] = []
+    for s in _text_list(text):
+        if s.isascii():
+            # ASCII text: NFKC and unidecode change nothing, no bigram scripts, and every word
+            # the splitter keeps is folded to lower case only.
+            words.extend(_WORD.findall(s.lower()))
+        else:
+            words.extend(normalize_word(w) for w in _split_document(s))
+    return words
 
 
 def query_words(term: str) -> list[str]:
