@@ -35,11 +35,14 @@ async def _connect(dsn: str):
 
 
 async def _migrate(dsn: str) -> list[str]:
+    from .store.catalogs import CatalogRegistry
     from .store.migrations import migrate
 
     conn = await _connect(dsn)
     try:
-        return await migrate(conn)
+        applied = await migrate(conn)
+        await CatalogRegistry().ensure_statistics(conn)
+        return applied
     finally:
         await conn.close()
 

@@ -38,3 +38,27 @@ def test_index_names_differing_in_case_get_their_own_sql_indexes(service):
         response = admin.patch(f"/catalogs/{name}/schema", json={"remove_indexes": ["subject"]})
         assert response.status_code == 200, response.text
         assert len(gin_indexes_on(service.database_url, name, "Subject")) == 1
+
+
+def statistics_on(dsn: str, catalog: str) -> list[str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "select s.stxname from pg_statistic_ext s join pg_class t on t.oid = s.stxrelid "
+            "join catalog c on t.relname = 'catalog_object_' || c.id where c.name = %s order by 1",
+            (catalog,)).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_date_range_bounds_have_statistics_that_go_with_the_index(service):
+    # The planner estimates the effective-date filter from these (indexes/simple.py DateRangeIndex).
+    declarations = [IndexDeclaration(name="effectiveRange", type="DateRangeIndex",
+                                     since_field="effective", until_field="expires"),
+                    IndexDeclaration(name="portal_type", type="FieldIndex")]
+    with service.client() as admin:
+        name, _ = new_catalog(admin, indexes=declarations)
+        found = statistics_on(service.database_url, name)
+        assert [s.rsplit("_", 1)[1] for s in found] == ["hi", "lo"]
+        assert all("effectiveRange" in s for s in found)
+        response = admin.patch(f"/catalogs/{name}/schema", json={"remove_indexes": ["effectiveRange"]})
+        assert response.status_code == 200, response.text
+        assert statistics_on(service.database_url, name) == []

@@ -15,6 +15,7 @@ from catalog_schemas.api import CatalogCreate, IndexDeclaration, SchemaUpdate
 from ..errors import BadRequest, Conflict, NotFound
 from ..indexes import make_index
 from ..indexes.base import index_ident
+from ..indexes.simple import STATISTICS_SUFFIXES
 from ..planner.plan import CatalogSchema
 
 
@@ -152,6 +153,8 @@ class CatalogRegistry:
             for name in removed:
                 for suffix in ("v", "g", "t", "p"):
                     await conn.execute(f"drop index if exists {index_ident(table, name, suffix)}")
+                for suffix in STATISTICS_SUFFIXES:
+                    await conn.execute(f"drop statistics if exists {index_ident(table, name, suffix)}")
                 await conn.execute(f"update {table} set idx = idx - $1::text, text = text - $1::text "
                                    f"where idx ? $1::text or text ? $1::text", name)
                 for table_name_ in ("catalog_lexicon", "catalog_text_stats"):
@@ -190,6 +193,16 @@ class CatalogRegistry:
             await conn.execute("delete from catalog_staged where catalog_id = $1", catalog.id)
             await conn.execute("delete from catalog where id = $1", catalog.id)
         self._cache.pop(catalog.name, None)
+
+    async def ensure_statistics(self, conn: asyncpg.Connection) -> None:
+        """Create the expression statistics of catalogs made before their index types declared
+        them (cheap: statistics are built by the next ANALYZE, no index is built here)."""
+        for row in await conn.fetch("select * from catalog"):
+            catalog = build(row)
+            for index in catalog.schema.indexes.values():
+                for statement in index.ddl(catalog.table):
+                    if statement.startswith("create statistics"):
+                        await conn.execute(statement)
 
     async def count(self, conn: asyncpg.Connection, catalog: Catalog) -> int:
         return await conn.fetchval(f"select count(*) from {catalog.table}")
