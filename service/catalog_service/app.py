@@ -9,9 +9,11 @@ import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.exceptions import HTTPException
 
 from . import logs
 from .api import batches, catalogs, health, problems, search
+from .api.problems import problem
 from .db import resolve_dsn
 from .metrics import LATENCY, REQUESTS, RESOLVED
 from .settings import Settings, get_settings
@@ -98,6 +100,41 @@ class Observe:
                                                             "ms": round(elapsed * 1000, 2)})
 
 
+class BodyLimit:
+    """Refuse request bodies over the configured size with 413, by Content-Length before reading
+    and by counting what arrives (chunked bodies), so an oversized body is never parsed."""
+
+    def __init__(self, app, settings: Settings):
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        batch = scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/batches")
+        limit = self.settings.max_batch_body_size if batch else self.settings.max_body_size
+        detail = f"request body larger than {limit} bytes"
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            response = problem(413, "Request body too large", detail, scope["path"])
+            await response(scope, receive, send)
+            return
+        received = 0
+
+        async def limited():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    # Re-raised as it is by FastAPI's body reading; problems.py answers it.
+                    raise HTTPException(413, detail)
+            return message
+
+        await self.app(scope, limited, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = FastAPI(
@@ -110,6 +147,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.registry = CatalogRegistry()
     app.state.counts = CountCache(settings.count_cache_size)
     problems.install(app)
+    app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(Observe)
     for module in (health, catalogs, batches, search):
         app.include_router(module.router)

@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     max_list_length: int = 1000
     max_text_length: int = 1000
     max_batch_entries: int = 100000
+    # Request bodies larger than these are refused with 413 before they are parsed: searches
+    # and other calls, and index batches (one batch carries a whole ZODB transaction).
+    max_body_size: int = Field(default=1 << 20, ge=1024)
+    max_batch_body_size: int = Field(default=256 << 20, ge=1024)
     max_query_terms: int = 64
     max_recurrence_occurrences: int = 1000
     # Staged batches not committed or aborted in this many seconds are resolved (or dropped).

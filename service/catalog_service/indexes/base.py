@@ -10,6 +10,7 @@ catalog's partition that make the conditions fast.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -58,6 +59,12 @@ class QueryContext:
     table: str
     # Index names present in the query, in the order ZCatalog applies them.
     applied: list[str] = field(default_factory=list)
+    # The caller's security conditions over another row alias: a condition that probes other rows
+    # than the result row (``exists (select 1 from {table} x ...)``) must apply them to ``x``.
+    visible: Callable[[str], list[str]] = lambda row: []
+
+    def visible_sql(self, row: str) -> str:
+        return " and ".join(["true", *self.visible(row)])
 
     def is_first(self, name: str) -> bool:
         return bool(self.applied) and self.applied[0] == name

@@ -95,6 +95,9 @@ class ExtendedPathIndex(Index):
     def search(self, path: str, level: int, depth: int, navtree: bool, navtree_start: int,
                ctx: QueryContext) -> str:
         comps = components(path)
+        # Below -(len + 1) a navtree_start changes nothing (ExtendedPathIndex slices comps[:i]
+        # with i down to it: the root again and again), but would cost a path per level.
+        navtree_start = max(navtree_start, -(len(comps) + 1))
         if navtree and depth == -1:
             depth = 1
         if level < 0:
@@ -117,7 +120,7 @@ class ExtendedPathIndex(Index):
                 return "false"
             guard = "true" if navtree_start <= 0 else (
                 f"exists (select 1 from {ctx.table} x where {self.depth_expr.replace('o.', 'x.')} > "
-                f"{p.add(navtree_start, 'integer')})")
+                f"{p.add(navtree_start, 'integer')} and {ctx.visible_sql('x')})")
             if depth not in (0, 1):
                 return f"({guard} and {self._navtree_deep(comps, depth, navtree_start, ctx)})"
             steps = ["/" + "/".join(comps[:i]) for i in range(q, navtree_start - 1, -1)]
@@ -150,7 +153,7 @@ class ExtendedPathIndex(Index):
         p = ctx.params
         site = "/" + comps[0]
         inside = (f"exists (select 1 from {ctx.table} x where x.path >= {p.add(site + '/', 'text')} "
-                  f"and x.path < {p.add(site + '0', 'text')})") if self.physical else "true"
+                  f"and x.path < {p.add(site + '0', 'text')} and {ctx.visible_sql('x')})") if self.physical else "true"
         return (f"(case when {inside} then {self._navtree_deep_at(comps, depth, navtree_start, 1, ctx)} "
                 f"else {self._navtree_deep_at(comps, depth, navtree_start, 0, ctx)} end)")
 

@@ -93,12 +93,12 @@ class DateRangeIndex(Index):
     def _bound(self, end: int, row: str = "o.") -> str:
         return f"({row}idx->{self.key}->>{end})::bigint"
 
-    def covers(self, term_sql: str) -> str:
+    def covers(self, term_sql: str, row: str = "o.") -> str:
         # An open end (null) covers every date. Written as OR rather than coalesce(), so the
         # planner estimates it from the bounds' expression statistics (ddl): with coalesce() it
         # guessed, and chose to sort every match of a long listing instead of walking its
         # sort index.
-        since, until = self._bound(0), self._bound(1)
+        since, until = self._bound(0, row), self._bound(1, row)
         return (f"(({since} <= {term_sql} or {since} is null) and "
                 f"({until} >= {term_sql} or {until} is null))")
 

@@ -68,7 +68,7 @@ class UnIndex(Index):
         """``and`` over every value in [lo, hi]: an object needs all of them."""
         inner = self._bounds(self.value_expr("x"), lo, hi, ctx)
         return (
-            f"(not exists (select 1 from {ctx.table} x where {inner} "
+            f"(not exists (select 1 from {ctx.table} x where {inner} and {ctx.visible_sql('x')} "
             f"and {self.value_expr('x')} is distinct from {self.value_expr()}) "
             f"and {self.match_range(lo, hi, ctx)})"
         )
@@ -146,7 +146,7 @@ class UnIndex(Index):
             return self.has_value
         probe = self.match_any(not_values, ctx, alias="x")
         return (
-            f"(case when exists (select 1 from {ctx.table} x where {probe}) "
+            f"(case when exists (select 1 from {ctx.table} x where {probe} and {ctx.visible_sql('x')}) "
             f"then {self.exclude(not_values, ctx)} else {self.has_value} end)"
         )
 
@@ -311,7 +311,7 @@ class KeywordIndex(UnIndex):
         inner = self._bounds(self.element_expr("e"), lo, hi, ctx)
         return (
             f"(not exists (select 1 from {ctx.table} x, jsonb_array_elements(x.idx->{self.key}) e "
-            f"where {inner} and not (o.idx->{self.key} @> jsonb_build_array(e))) "
+            f"where {inner} and {ctx.visible_sql('x')} and not (o.idx->{self.key} @> jsonb_build_array(e))) "
             f"and {self.match_range(lo, hi, ctx)})"
         )
 

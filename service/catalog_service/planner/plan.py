@@ -206,8 +206,25 @@ def plan_search(
     effective = schema.indexes.get(EFFECTIVE_INDEX)
     if security.effective_at is not None and isinstance(effective, DateRangeIndex) and EFFECTIVE_INDEX not in applied:
         applied.append(EFFECTIVE_INDEX)
+    # The caller's security conditions, with their parameters first: every condition that looks at
+    # other rows than the result row (existence probes, the deferred-error precheck) applies them
+    # too, so no answer depends on objects the caller cannot see.
+    principals_p = None if security.principals is None else params.add(list(security.principals), "text[]")
+    effective_p = None
+    if security.effective_at is not None and isinstance(effective, DateRangeIndex):
+        effective_p = params.add(effective.term(security.effective_at.isoformat()), "bigint")
+
+    def visible(row: str) -> list[str]:
+        found = []
+        if principals_p is not None:
+            found.append(f"({row}.allowed && {principals_p})")
+        if effective_p is not None:
+            found.append(effective.covers(effective_p, row=f"{row}."))
+        return found
+
     ctx = QueryContext(params=params, catalog_id=schema.catalog_id, table=source,
-                       applied=application_order([n for n in applied if n in schema.indexes], schema))
+                       applied=application_order([n for n in applied if n in schema.indexes], schema),
+                       visible=visible)
 
     def conditions_of(name: str) -> list[str]:
         found = []
@@ -218,10 +235,10 @@ def plan_search(
                 found.append(_principals_condition(iq, params))
             else:
                 found.append(index.condition(iq, ctx))
-        if name == SECURITY_INDEX and security.principals is not None:
-            found.append(f"(o.allowed && {params.add(list(security.principals), 'text[]')})")
-        if name == EFFECTIVE_INDEX and security.effective_at is not None and isinstance(effective, DateRangeIndex):
-            found.append(effective.covers(params.add(effective.term(security.effective_at.isoformat()), "bigint")))
+        if name == SECURITY_INDEX and principals_p is not None:
+            found.append(visible("o")[0])
+        if name == EFFECTIVE_INDEX and effective_p is not None:
+            found.append(visible("o")[-1])
         return found
 
     # In ZCatalog's order: an index whose query is invalid raises only if the indexes applied
@@ -235,10 +252,12 @@ def plan_search(
         except QueryError as exc:
             if not conditions:
                 raise
-            # Only the parameters of the conditions before this one (it may have added some).
+            # Only the parameters of the conditions before this one (it may have added some). The
+            # caller's security applies whatever the order: ZCatalog would probe invisible objects.
+            probe = conditions + [c for c in visible("o") if c not in conditions]
             return SearchPlan(sql="", params=[], count_sql="", b_start=0, b_size=None,
                               deferred_error=exc,
-                              precheck_sql=f"select exists (select 1 from {source} o where {all_of(conditions)})",
+                              precheck_sql=f"select exists (select 1 from {source} o where {all_of(probe)})",
                               precheck_params=list(params.values[:used]))
 
     sort = _sort_spec(query, schema)
