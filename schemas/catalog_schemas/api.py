@@ -153,8 +153,8 @@ class SearchRequest(Model):
     model_config = ConfigDict(extra="forbid")
     query: dict[str, Any] = Field(default_factory=dict)
     metadata: list[str] | Literal["*"] | None = None
-    b_start: int | None = None
-    b_size: int | None = None
+    b_start: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    b_size: int | None = Field(default=None, ge=0, le=2**63 - 1)
     # Staged batches of the caller's own transaction whose changes the query must see.
     batch_ids: list[str] = Field(default_factory=list, max_length=16)
     # Include objects that are not currently effective (Plone's "show inactive"); honoured only

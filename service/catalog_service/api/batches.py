@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Depends, Query, Request
 
 from catalog_schemas.api import Batch, BatchResult
@@ -31,7 +33,9 @@ async def post_batch(name: str, batch: Batch, request: Request, stage: bool = Qu
     catalog, counter = await trusted_catalog(request, name, cred)
     batches.check_batch(batch)
     state = request.app.state
-    changes = batches.convert(batch, catalog, state.settings.max_batch_entries)
+    # In a thread: converting thousands of entries (text splitting, recurrence expansion) would
+    # hold the event loop, and every query of this worker with it.
+    changes = await asyncio.to_thread(batches.convert, batch, catalog, state.settings.max_batch_entries)
     BATCH_ENTRIES.labels(name, "staged" if stage else "committed").inc(len(changes))
     async with state.db.acquire() as conn, conn.transaction():
         if stage:

@@ -9,7 +9,9 @@ at most MAXCOUNT occurrences; none after ``until``.
 
 from __future__ import annotations
 
+import multiprocessing
 import re
+import threading
 from datetime import UTC, datetime, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -45,9 +47,56 @@ def minutes(dt: datetime) -> int:
     return value
 
 
-def occurrences(start, rule: str | None, until=None, tz_name: str | None = None,
-                maxcount: int = MAXCOUNT) -> list[int]:
-    """Sorted distinct occurrence minutes of an event starting at ``start``."""
+# dateutil walks every period of a rule until it yields, so a rule that can never match (30
+# February) at a fine frequency walks every minute to the year 9999: minutes of CPU for one
+# entry, and a real rule's cost cannot be told from its text. Rules are therefore expanded in a
+# child process with a time limit; past it the rule is refused (RecurrenceError, a 422 for the
+# batch) instead of blocking the service. Plone itself takes as long to expand such a rule. The
+# child is started once per process and kept; a real event's rule takes milliseconds.
+EXPANSION_SECONDS = 1.0
+
+
+def _collect(rset, zone, until_dt, maxcount: int) -> list[int]:
+    found: set[int] = set()
+    try:
+        for count, occurrence in enumerate(rset):
+            if count + 1 > maxcount:
+                break
+            local = occurrence.replace(tzinfo=zone)
+            if until_dt is not None and local.astimezone(UTC) > until_dt:
+                break
+            found.add(minutes(local))
+    except (ValueError, OverflowError) as exc:
+        raise RecurrenceError(f"recurrence cannot be expanded: {exc}") from exc
+    return sorted(found)
+
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _in_child(args: tuple) -> list[int]:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = multiprocessing.get_context("spawn").Pool(1)
+        pending = _pool.apply_async(_expand_fully, args)
+        try:
+            return pending.get(EXPANSION_SECONDS)
+        except multiprocessing.TimeoutError:
+            _pool.terminate()
+            _pool = None
+            raise RecurrenceError(
+                f"recurrence rule cannot be expanded within {EXPANSION_SECONDS:g} s (it matches too "
+                f"rarely for its frequency)") from None
+
+
+def _expand_fully(start, rule, until, tz_name, maxcount) -> list[int]:
+    zone, naive_start, until_dt, rset = _parse(start, rule, until, tz_name)
+    return _collect(rset, zone, until_dt, maxcount)
+
+
+def _parse(start, rule, until, tz_name):
     if isinstance(start, dict):
         raise RecurrenceError("start must be a date")
     zone = _zone(start, tz_name)
@@ -76,19 +125,16 @@ def occurrences(start, rule: str | None, until=None, tz_name: str | None = None,
     else:
         rset = rrule.rruleset()
     rset.rdate(naive_start)
+    return zone, naive_start, until_dt, rset
 
-    found: set[int] = set()
-    try:
-        for count, occurrence in enumerate(rset):
-            if count + 1 > maxcount:
-                break
-            local = occurrence.replace(tzinfo=zone)
-            if until_dt is not None and local.astimezone(UTC) > until_dt:
-                break
-            found.add(minutes(local))
-    except (ValueError, OverflowError) as exc:
-        raise RecurrenceError(f"recurrence cannot be expanded: {exc}") from exc
-    return sorted(found)
+
+def occurrences(start, rule: str | None, until=None, tz_name: str | None = None,
+                maxcount: int = MAXCOUNT) -> list[int]:
+    """Sorted distinct occurrence minutes of an event starting at ``start``."""
+    zone, naive_start, until_dt, rset = _parse(start, rule, until, tz_name)  # errors come from here
+    if not rule:
+        return _collect(rset, zone, until_dt, maxcount)
+    return _in_child((start, rule, until, tz_name, maxcount))
 
 
 __all__ = ["MAXCOUNT", "RecurrenceError", "minutes", "occurrences"]

@@ -91,6 +91,9 @@ class UnIndex(Index):
                           if v is not None and v is not _UNMATCHABLE]
         range_parm = q.get("range")
         is_range = bool(range_parm)
+        if is_range and not isinstance(range_parm, str):
+            # UnIndex calls range.find("min"): anything but a string raises there.
+            raise QueryError(f"index {self.name!r}: range must be 'min', 'max' or 'min:max', got {range_parm!r}")
 
         if not q.keys and q.get("not") is not None and q.get("not") != []:
             return self._not_only(not_values or [], is_range, q, ctx)

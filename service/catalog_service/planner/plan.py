@@ -160,6 +160,8 @@ def _sort_spec(query: dict, schema: CatalogSchema) -> list[tuple[Index, bool]]:
         indexes.append(schema.indexes[name])
     order = query.get("sort-order", query.get("sort_order"))
     orders = [""] if order is None else _as_list(order)
+    if not orders:
+        raise QueryError("sort_order is empty: give one order, or one per sort_on index")
     if not all(isinstance(o, str) for o in orders):
         raise QueryError("sort_order takes strings")
     reverse = [o.lower() in ("reverse", "descending") for o in orders]
@@ -199,6 +201,15 @@ def plan_search(
             ignored.append(key)
     if len(index_names) > limits.max_query_terms:
         raise LimitExceeded(f"{len(index_names)} indexes queried, at most {limits.max_query_terms}")
+    _sort_spec(query, schema)  # ZCatalog reads sort_on and sort_order first (searchResults)
+    for key, value in query.items():
+        # Catalog.make_query sorts every list in the query, whatever its key: mixed types raise.
+        if isinstance(value, list | tuple):
+            try:
+                sorted(value)
+            except TypeError as exc:
+                raise QueryError(f"{key}: the values of a list must be comparable (ZCatalog sorts "
+                                 f"them): {value!r}") from exc
 
     applied = list(index_names)
     if security.principals is not None and SECURITY_INDEX not in applied:

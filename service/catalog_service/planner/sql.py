@@ -8,12 +8,35 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import QueryError
+
+# What PostgreSQL's integer types hold: a query value beyond them is the caller's error (400),
+# not a DataError from the driver.
+_RANGES = {"integer": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1),
+           "smallint": (-(2**15), 2**15 - 1)}
+
+
+def _check(value: Any, cast: str) -> None:
+    base = cast[:-2] if cast.endswith("[]") else cast
+    items = value if cast.endswith("[]") and isinstance(value, list | tuple) else (value,)
+    if base in _RANGES:
+        lo, hi = _RANGES[base]
+        for item in items:
+            if isinstance(item, int) and not lo <= item <= hi:
+                raise QueryError(f"{item} is out of range for a query value ({base})")
+    elif base in ("text", "jsonb"):
+        for item in items:
+            # PostgreSQL text cannot hold NUL (jsonb: no \u0000 escape either).
+            if isinstance(item, str) and ("\x00" in item or (base == "jsonb" and "\\u0000" in item)):
+                raise QueryError("query values cannot contain NUL characters")
+
 
 class Params:
     def __init__(self) -> None:
         self.values: list[Any] = []
 
     def add(self, value: Any, cast: str) -> str:
+        _check(value, cast)
         self.values.append(value)
         return f"${len(self.values)}::{cast}"
 
