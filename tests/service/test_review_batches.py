@@ -1,8 +1,8 @@
 """Review: staged batches, their overlay, and races between staging, commit, abort and resolver.
 
 The races are made deterministic with two database connections: the first holds its transaction
-open at the interesting point while the second runs into it. Each test shows a bug found in
-review and is marked xfail(strict=True) until it is fixed.
+open at the interesting point while the second runs into it. Each test is the regression test
+of a bug found in review (fixed).
 """
 
 from __future__ import annotations
@@ -85,9 +85,6 @@ def _run_race(dsn, scenario):
     asyncio.run(run())
 
 
-@pytest.mark.xfail(strict=True, reason="two stagings of one new batch id at once: both find no "
-                   "catalog_batch row (nothing to lock), the second insert hits the primary key "
-                   "(UniqueViolationError -> HTTP 500) instead of replacing the staging or a 409")
 def test_concurrent_staging_of_one_new_batch_id(fresh_db):
     async def scenario(first, second, catalog):
         batch = _batch("b1")
@@ -105,9 +102,6 @@ def test_concurrent_staging_of_one_new_batch_id(fresh_db):
     _run_race(fresh_db, scenario)
 
 
-@pytest.mark.xfail(strict=True, reason="an abort of an id whose staging is in flight waits for it, "
-                   "then 'on conflict do nothing' leaves the batch staged, yet the abort answers "
-                   "state='aborted'")
 def test_abort_racing_a_staging_tells_the_truth(fresh_db):
     async def scenario(first, second, catalog):
         batch = _batch("b2")
@@ -134,8 +128,6 @@ def test_abort_racing_a_staging_tells_the_truth(fresh_db):
     _run_race(fresh_db, scenario)
 
 
-@pytest.mark.xfail(strict=True, reason="a staging of an id whose abort is in flight hits the primary key "
-                   "once the abort commits (UniqueViolationError -> HTTP 500), not the documented 409")
 def test_staging_racing_an_abort_is_409(fresh_db):
     async def scenario(first, second, catalog):
         batch = _batch("b3")
@@ -152,9 +144,6 @@ def test_staging_racing_an_abort_is_409(fresh_db):
     _run_race(fresh_db, scenario)
 
 
-@pytest.mark.xfail(strict=True, reason="resolve_expired reads the staged batches without a lock; when "
-                   "the client commits one meanwhile, the resolver's abort raises Conflict and the round "
-                   "stops, leaving the other expired batches unresolved")
 def test_resolver_skips_a_batch_the_client_commits_meanwhile(fresh_db):
     async def scenario(first, second, catalog):
         for batch_id in ("client-commits", "crashed"):
@@ -175,6 +164,30 @@ def test_resolver_skips_a_batch_the_client_commits_meanwhile(fresh_db):
     _run_race(fresh_db, scenario)
 
 
+def test_two_commits_of_one_batch_apply_it_once(fresh_db):
+    async def scenario(first, second, catalog):
+        await _stage_in_transaction(first, catalog, _batch("b5", uid="once"))
+        before = await first.fetchval("select counter from catalog where id = $1", catalog.id)
+        transaction = first.transaction()
+        await transaction.start()
+        mine = await batches.commit(first, catalog, "b5")
+
+        async def commit_again():
+            async with second.transaction():
+                return await batches.commit(second, catalog, "b5")
+
+        task = asyncio.create_task(commit_again())
+        await _blocked(task)
+        await transaction.commit()
+        theirs = await task
+        assert (mine.state, theirs.state) == ("committed", "committed")
+        assert (mine.applied, theirs.applied) == (1, 1)  # the second reports the first's outcome
+        assert await first.fetchval("select counter from catalog where id = $1", catalog.id) == before + 1
+        assert await first.fetchval(f"select count(*) from {catalog.table}") == 1
+
+    _run_race(fresh_db, scenario)
+
+
 # -- overlay and partial reindex, over HTTP ------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -190,9 +203,6 @@ def name(service):
     return name
 
 
-@pytest.mark.xfail(strict=True, reason="the overlay of a staged clear=true batch still shows every "
-                   "committed object, which its commit then removes: the transaction does not see "
-                   "its own pending clear")
 def test_staged_clear_batch_overlay_matches_its_commit(service, name):
     commit_batch(service, name, [entry("old", "/plone/old")])
     staged = post(service, f"/catalogs/{name}/batches?stage=true", token=None,
@@ -205,9 +215,6 @@ def test_staged_clear_batch_overlay_matches_its_commit(service, name):
     assert overlay == committed
 
 
-@pytest.mark.xfail(strict=True, reason="a partial reindex (idxs) naming a ZCTextIndex without a text "
-                   "value drops the object's words ((text - idxs) || delta_text); ZCTextIndex keeps them, "
-                   "as the full reindex path already does")
 def test_partial_text_reindex_without_text_keeps_words(service, name):
     oracle = ZCatalogOracle([IndexDeclaration(name="SearchableText", type="ZCTextIndex"),
                              IndexDeclaration(name="portal_type", type="FieldIndex")])

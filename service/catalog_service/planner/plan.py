@@ -345,10 +345,16 @@ def _source(schema: CatalogSchema, batch_ids, params: Params) -> str:
         return schema.table
     cat = params.add(schema.catalog_id, "integer")
     batches = params.add(list(batch_ids), "text[]")
+    # A staged clear batch wipes the catalog before its own entries: the committed rows and the
+    # rows of batches named before it are not seen.
+    last_clear = (f"(select max(array_position({batches}, b.batch_id)) from catalog_batch b "
+                  f"where b.catalog_id = {cat} and b.batch_id = any({batches}) and b.clear)")
     return (
-        f"(select {COLUMNS} from {schema.table} t where not exists (select 1 from catalog_staged s "
-        f"where s.catalog_id = {cat} and s.batch_id = any({batches}) and s.uid = t.uid) "
+        f"(select {COLUMNS} from {schema.table} t where {last_clear} is null and not exists "
+        f"(select 1 from catalog_staged s where s.catalog_id = {cat} and s.batch_id = any({batches}) "
+        f"and s.uid = t.uid) "
         f"union all select {COLUMNS} from (select distinct on (s.uid) s.op, {COLUMNS} "
         f"from catalog_staged s where s.catalog_id = {cat} and s.batch_id = any({batches}) "
+        f"and array_position({batches}, s.batch_id) >= coalesce({last_clear}, 0) "
         f"order by s.uid, array_position({batches}, s.batch_id) desc, s.seq desc) s where s.op = 'index')"
     )

@@ -127,6 +127,25 @@ async def _batch_state(conn: asyncpg.Connection, catalog: Catalog, batch_id: str
         catalog.id, batch_id)
 
 
+async def _lock_or_create(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, state: str,
+                          clear: bool = False, entries: int = 0) -> str | None:
+    """Lock the batch's row and return its state, or create it in ``state`` and return None.
+
+    A row another transaction is inserting cannot be locked: the insert's ON CONFLICT waits for
+    that transaction, and when it committed the row is locked on the next round. So two requests
+    for one new batch id are ordered, whatever they are (stage, abort)."""
+    while True:
+        found = await _batch_state(conn, catalog, batch_id)
+        if found is not None:
+            return found
+        created = await conn.fetchval(
+            "insert into catalog_batch (catalog_id, batch_id, state, clear, entries, finished) "
+            "values ($1, $2, $3, $4, $5, case when $3 = 'staged' then null else now() end) "
+            "on conflict do nothing returning 1", catalog.id, batch_id, state, clear, entries)
+        if created:
+            return None
+
+
 STAGED = "catalog_staged"
 # One-shot batches (staged and committed in one request) go through a temporary table: nobody else
 # needs to see their rows, so they skip the WAL and the shared table.
@@ -145,23 +164,19 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
                 rows: str = STAGED) -> str:
     """Write the batch's rows to ``rows`` (catalog_staged, replacing an earlier staging of the same
     id). Returns the batch state found: 'committed' means nothing was done."""
-    state = await _batch_state(conn, catalog, batch.batch_id)
+    state = await _lock_or_create(conn, catalog, batch.batch_id, "staged", batch.clear, len(changes))
     if state == "committed":
         return state
     if state == "aborted":
         raise Conflict(f"batch {batch.batch_id!r} was aborted; use a new batch id")
     if state == "staged":
+        # Staged again (a retry, or a transaction that changed more): the new rows replace the old.
         await conn.execute(f"delete from {rows} where catalog_id = $1 and batch_id = $2",
                            catalog.id, batch.batch_id)
         await conn.execute(
             "update catalog_batch set entries = $3, clear = $4, created = now() "
             "where catalog_id = $1 and batch_id = $2",
             catalog.id, batch.batch_id, len(changes), batch.clear)
-    else:
-        await conn.execute(
-            "insert into catalog_batch (catalog_id, batch_id, state, clear, entries) "
-            "values ($1, $2, 'staged', $3, $4)",
-            catalog.id, batch.batch_id, batch.clear, len(changes))
 
     uids = [c.uid for c in changes]
     existing = {
@@ -183,10 +198,14 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
             if kept:
                 old_idx = orjson.loads(old["idx"])
                 change.idx.update({n: old_idx[n] for n in kept if n in old_idx})
+        # A partial reindex replaces the indexes it names, except a text index without a text
+        # value: ZCTextIndex keeps the object's words then (as the full reindex above does).
+        replaced = None if change.idxs is None else [
+            n for n in change.idxs if n not in text_names or n in change.idx]
         if change.idxs is None or old is None or batch.clear:
             idx, meta = change.idx, change.meta
         else:
-            idx = {k: v for k, v in orjson.loads(old["idx"]).items() if k not in change.idxs}
+            idx = {k: v for k, v in orjson.loads(old["idx"]).items() if k not in replaced}
             idx.update(change.idx)
             meta = {**orjson.loads(old["meta"]), **change.meta}
         partial = change.idxs is not None
@@ -195,7 +214,7 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
             old["rid"] if old is not None else None,
             change.path, parent_of(change.path), len(components(change.path)),
             _allowed(idx), _dumps(_without(idx, text_names)), _dumps(_only(idx, text_names)), _dumps(meta),
-            change.idxs,
+            replaced,
             _dumps(_without(change.idx, text_names)) if partial else None,
             _dumps(_only(change.idx, text_names)) if partial else None,
             _dumps(change.meta) if partial else None,
@@ -420,15 +439,11 @@ async def _apply_text_delta(conn: asyncpg.Connection, catalog_id: int, before: T
 
 
 async def abort(conn: asyncpg.Connection, catalog: Catalog, batch_id: str) -> BatchResult:
-    state = await _batch_state(conn, catalog, batch_id)
+    # An unknown id is remembered as aborted, so that a late staging of it is refused.
+    state = await _lock_or_create(conn, catalog, batch_id, "aborted")
     if state == "committed":
         raise Conflict(f"batch {batch_id!r} is already committed")
-    if state is None:
-        # Remember the abort, so that a late staging of this id is refused.
-        await conn.execute(
-            "insert into catalog_batch (catalog_id, batch_id, state, finished) values ($1, $2, 'aborted', now()) "
-            "on conflict do nothing", catalog.id, batch_id)
-    elif state == "staged":
+    if state == "staged":
         await conn.execute("delete from catalog_staged where catalog_id = $1 and batch_id = $2", catalog.id, batch_id)
         await conn.execute(
             "update catalog_batch set state = 'aborted', finished = now() where catalog_id = $1 and batch_id = $2",
@@ -449,6 +464,10 @@ async def resolve_expired(conn: asyncpg.Connection, ttl_seconds: float) -> list[
     for row in rows:
         catalog = build(row)
         async with conn.transaction():
+            # The client may have committed or aborted it since it was listed: under the row lock,
+            # only a batch that is still staged is resolved.
+            if await _batch_state(conn, catalog, row["batch_id"]) != "staged":
+                continue
             recorded = await conn.fetchval("select 1 from catalog_txn_outcome where batch_id = $1", row["batch_id"])
             if recorded:
                 await commit(conn, catalog, row["batch_id"])
