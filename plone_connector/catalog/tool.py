@@ -534,7 +534,7 @@ class ServiceCatalogTool(CatalogTool):
         entry = self._client().get_object(self.catalog_id(), catalog_uid(uid))
         if entry is None:
             raise KeyError(uid)
-        return dict(entry.get("values", {}))
+        return dict(entry.get("indexes", {}))
 
     @security.protected(SearchZCatalog)
     def getMetadataForUID(self, uid):
