@@ -5,8 +5,6 @@ fixture (tests/e2e/conftest.py) is the two-site layer whose ZODB is a JsonbStora
 ZCatalog site and the connector site get the same actions and must give the same answers.
 """
 
-import time
-
 import pytest
 from plone import api
 
@@ -18,17 +16,6 @@ from tests.connector.test_differential_plone import (  # noqa: F401  (collected 
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
-
-
-@pytest.fixture(autouse=True)
-def one_minute_for_both_builds():
-    """The scenario sorts on ``created``, a DateIndex (minute resolution), and builds the two sites
-    one after the other: when a new minute starts while they are built, objects created in the
-    same order get different minutes in the two sites, and the answers differ rightly. Start with
-    enough of the minute left (the scenario takes a few seconds)."""
-    left = 60 - time.time() % 60
-    if left < 20:
-        time.sleep(left + 0.5)
 
 
 def test_the_scenario_ran_on_jsonb_storage(plone_sites):
