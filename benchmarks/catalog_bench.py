@@ -367,6 +367,8 @@ class Run:
     machine: dict
     floor: dict
     load_tool: str = ""
+    # The floor again right before each size's queries: the machine's load drifts during a long run.
+    floors: dict[int, dict] = field(default_factory=dict)
     bulk: list[tuple[int, float, float | None]] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
 
@@ -391,6 +393,8 @@ def measure_size(run: Run, service: Service, dsn: str, size: int) -> None:
         print(f"ZCatalog bulk indexing in-process: {zc_rate:,.0f} objects/s", flush=True)
     run.bulk.append((size, service_rate, zc_rate))
 
+    run.floors[size] = run_floor(dsn) or run.floor
+    print(f"floor before the queries at {size:,}: {run.floors[size]}", flush=True)
     with service.client() as connector, service.client(anonymous=True) as anonymous:
         for q in plone_queries(size):
             req = http_request(name, q)
@@ -501,7 +505,8 @@ def report(run: Run) -> str:
             found += f" (ZCatalog {r.zcatalog_answer['total']:,})"
         zc = (f"{pct(r.zcatalog, .5):.2f} | {pct(r.zcatalog, .95):.2f} | {s50 / pct(r.zcatalog, .5):.2f}"
               if r.zcatalog else "- | - | -")
-        fl = f"{s50 / floor['p50']:.2f}" if floor.get("p50") else "-"
+        size_floor = run.floors.get(r.size, floor)
+        fl = f"{s50 / size_floor['p50']:.2f}" if size_floor.get("p50") else "-"
         lines.append(f"| {r.size:,} | {r.label} | {found} | {r.service_answer['items']:,} | {s50:.2f} | "
                      f"{s95:.2f} | {zc} | {fl} | {f'{r.rps:,.0f}' if r.rps else '-'} |")
     lines += ["", "## Floor", ""]
@@ -509,11 +514,18 @@ def report(run: Run) -> str:
         lines.append(f"A bare FastAPI + asyncpg folder listing (100k rows, 20 per page) on the same PostgreSQL "
                      f"in the same run: p50 {floor.get('p50')} ms, p95 {floor.get('p95')} ms"
                      + (f", {floor['rps']:,.0f} req/s with wrk -c20" if "rps" in floor else "") + ".")
-        if "rps" in floor:
-            for r in run.rows:
-                if r.label == "folder listing" and r.rps:
-                    lines.append(f"The service's folder listing at {r.size:,} objects: {r.rps:,.0f} req/s, "
-                                 f"{r.rps / floor['rps']:.2f} of the floor's.")
+        lines.append("It is measured again right before each corpus size's queries, and the "
+                     "service / floor ratios above use that size's floor:")
+        lines.append("")
+        for r in run.rows:
+            if r.label != "folder listing":
+                continue
+            f = run.floors.get(r.size, floor)
+            line = f"- {r.size:,} objects: floor p50 {f.get('p50')} ms, service p50 {pct(r.service, .5):.2f} ms"
+            if r.rps and "rps" in f:
+                line += (f"; floor {f['rps']:,.0f} req/s, service {r.rps:,.0f} req/s "
+                         f"({r.rps / f['rps']:.2f} of the floor's)")
+            lines.append(line + ".")
     else:
         lines.append("Not measured: the floor script (shared/bench/floor.py beside the repository) was missing.")
     lines += ["", "![p50 latency by corpus size](catalog.png)", ""]
