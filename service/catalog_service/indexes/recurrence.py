@@ -9,7 +9,7 @@ at most MAXCOUNT occurrences; none after ``until``.
 
 from __future__ import annotations
 
-import multiprocessing
+import ctypes
 import re
 import threading
 from datetime import UTC, datetime, timezone
@@ -49,11 +49,48 @@ def minutes(dt: datetime) -> int:
 
 # dateutil walks every period of a rule until it yields, so a rule that can never match (30
 # February) at a fine frequency walks every minute to the year 9999: minutes of CPU for one
-# entry, and a real rule's cost cannot be told from its text. Rules are therefore expanded in a
-# child process with a time limit; past it the rule is refused (RecurrenceError, a 422 for the
-# batch) instead of blocking the service. Plone itself takes as long to expand such a rule. The
-# child is started once per process and kept; a real event's rule takes milliseconds.
+# entry, and a real rule's cost cannot be told from its text. So the expansion runs under a
+# deadline: past it, the thread expanding the rule gets an exception raised into it (dateutil is
+# pure Python, so it stops at its next step) and the rule is refused (RecurrenceError, a 422 for
+# the batch) instead of holding a worker. Plone itself takes as long to expand such a rule. A
+# real event's rule takes milliseconds.
 EXPANSION_SECONDS = 1.0
+
+
+class _DeadlinePassed(BaseException):
+    """Raised into the expanding thread; a BaseException, so no ``except Exception`` eats it."""
+
+
+def _set_async_exc(thread_id: int, exc) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
+
+
+def _with_deadline(func, seconds: float):
+    thread_id = threading.get_ident()
+    lock = threading.Lock()
+    state = {"done": False, "fired": False}
+
+    def fire():
+        with lock:
+            if not state["done"]:
+                state["fired"] = True
+                _set_async_exc(thread_id, _DeadlinePassed)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        try:
+            return func()
+        finally:
+            with lock:
+                state["done"] = True
+                if state["fired"]:
+                    _set_async_exc(thread_id, None)  # not delivered yet: it must not escape later
+            timer.cancel()
+    except _DeadlinePassed:
+        raise RecurrenceError(f"recurrence rule cannot be expanded within {seconds:g} s (it matches "
+                              f"too rarely for its frequency)") from None
 
 
 def _collect(rset, zone, until_dt, maxcount: int) -> list[int]:
@@ -69,31 +106,6 @@ def _collect(rset, zone, until_dt, maxcount: int) -> list[int]:
     except (ValueError, OverflowError) as exc:
         raise RecurrenceError(f"recurrence cannot be expanded: {exc}") from exc
     return sorted(found)
-
-
-_pool = None
-_pool_lock = threading.Lock()
-
-
-def _in_child(args: tuple) -> list[int]:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = multiprocessing.get_context("spawn").Pool(1)
-        pending = _pool.apply_async(_expand_fully, args)
-        try:
-            return pending.get(EXPANSION_SECONDS)
-        except multiprocessing.TimeoutError:
-            _pool.terminate()
-            _pool = None
-            raise RecurrenceError(
-                f"recurrence rule cannot be expanded within {EXPANSION_SECONDS:g} s (it matches too "
-                f"rarely for its frequency)") from None
-
-
-def _expand_fully(start, rule, until, tz_name, maxcount) -> list[int]:
-    zone, naive_start, until_dt, rset = _parse(start, rule, until, tz_name)
-    return _collect(rset, zone, until_dt, maxcount)
 
 
 def _parse(start, rule, until, tz_name):
@@ -131,10 +143,10 @@ def _parse(start, rule, until, tz_name):
 def occurrences(start, rule: str | None, until=None, tz_name: str | None = None,
                 maxcount: int = MAXCOUNT) -> list[int]:
     """Sorted distinct occurrence minutes of an event starting at ``start``."""
-    zone, naive_start, until_dt, rset = _parse(start, rule, until, tz_name)  # errors come from here
+    zone, naive_start, until_dt, rset = _parse(start, rule, until, tz_name)
     if not rule:
         return _collect(rset, zone, until_dt, maxcount)
-    return _in_child((start, rule, until, tz_name, maxcount))
+    return _with_deadline(lambda: _collect(rset, zone, until_dt, maxcount), EXPANSION_SECONDS)
 
 
 __all__ = ["MAXCOUNT", "RecurrenceError", "minutes", "occurrences"]
