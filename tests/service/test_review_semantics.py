@@ -92,3 +92,22 @@ def test_impossible_recurrence_is_refused_and_the_service_keeps_answering(servic
     found = post(service, f"/catalogs/{name}/query", token=None, headers={"X-Catalog-Unrestricted": "1"},
                  json={"query": {"start": "2020-01-03T10:00:00+00:00"}})
     assert [item["uid"] for item in found.json()["items"]] == ["e"]
+
+
+def test_expansion_deadline_stops_python_work_and_leaves_nothing_behind():
+    from catalog_service.indexes.recurrence import RecurrenceError, _with_deadline
+
+    def busy(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+        return "done"
+
+    started = time.monotonic()
+    with pytest.raises(RecurrenceError):
+        _with_deadline(lambda: busy(5), 0.1)
+    assert time.monotonic() - started < 2
+    # Finished in time: no exception is raised later into this thread.
+    for _ in range(20):
+        assert _with_deadline(lambda: busy(0.01), 0.011) == "done"
+    assert busy(0.3) == "done"
