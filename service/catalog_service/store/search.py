@@ -109,8 +109,11 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
     params = [] if plan.empty else list(plan.params)
     params.append(catalog.id)
     cat = f"${len(params)}::integer"
-    params.append(request.after_batch)
-    after = f"${len(params)}::text"
+    if request.after_batch is None:
+        batch_state = "null::text"  # nobody waits for a batch: no lookup to plan and run
+    else:
+        params.append(request.after_batch)
+        batch_state = _batch_state(f"${len(params)}::text")
     # count_sql uses the first parameters of plan.params only, so it fits in the same statement.
     key = None if plan.empty or counts is None or counts.size <= 0 else _count_key(catalog, plan, request)
     if plan.empty:
@@ -126,7 +129,7 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
         count = (f"(case when c.counter = ${n - 2}::bigint and c.schema_rev = ${n - 1}::integer "
                  f"then ${n}::bigint else ({plan.count_sql}) end)")
     if plan.empty:
-        sql = (f"select c.counter, c.schema_rev, {_batch_state(after)} as batch_state, {count} as total, "
+        sql = (f"select c.counter, c.schema_rev, {batch_state} as batch_state, {count} as total, "
                f"null::bigint as rid from catalog c where c.id = {cat}")
     else:
         # A page that is not full ends the result: then the total is its offset plus its rows,
@@ -139,7 +142,7 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
         total = (f"(case when {lim} > 0 and {rows_on_page} between 1 and {lim} - 1 then {off} + {rows_on_page} "
                  f"when {lim} > 0 and {off} = 0 and {rows_on_page} = 0 then 0 else {count} end)")
         sql = (f"with page as materialized (select q.*, row_number() over () as n from ({plan.sql}) q) "
-               f"select c.counter, c.schema_rev, {_batch_state(after)} as batch_state, {total} as total, r.* "
+               f"select c.counter, c.schema_rev, {batch_state} as batch_state, {total} as total, r.* "
                f"from catalog c left join page r on true where c.id = {cat} order by r.n")
     try:
         rows = await conn.fetch(sql, *params)
