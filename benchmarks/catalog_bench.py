@@ -454,9 +454,10 @@ def targets(run: Run) -> list[str]:
 def report(run: Run) -> str:
     args, m, floor = run.args, run.machine, run.floor
     command = f"python benchmarks/catalog_bench.py --sizes {args.sizes}"
-    for option, default in (("queries", 300), ("batch", 2000), ("clients", 4), ("workers", 2)):
+    for option, default in (("queries", 300), ("budget", 20.0), ("batch", 2000), ("clients", 4), ("workers", 2),
+                            ("zcatalog_max", 10**7)):
         if getattr(args, option) != default:
-            command += f" --{option} {getattr(args, option)}"
+            command += f" --{option.replace('_', '-')} {getattr(args, option):g}"
     lines = [
         "# Catalog service benchmark",
         "",
