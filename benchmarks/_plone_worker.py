@@ -268,8 +268,14 @@ def time_queries(connector: bool, cold: bool, query_cache: bool, rounds: int) ->
         catalog = s.site.portal_catalog
         queries = catalog_queries(s.site)
         result = {}
+        profile_label = os.environ.get("PLONE_BENCH_PROFILE")  # cProfile one query's timed runs
         for label, query in queries.items():
             samples = []
+            profiler = None
+            if label == profile_label and cold == (os.environ.get("PLONE_BENCH_PROFILE_COLD") == "1"):
+                import cProfile
+
+                profiler = cProfile.Profile()
             for i in range(rounds + 3):
                 transaction.abort()  # a new request: a fresh snapshot
                 if cold:
@@ -278,15 +284,24 @@ def time_queries(connector: bool, cold: bool, query_cache: bool, rounds: int) ->
                     from plone_connector.catalog.cache import query_cache as cache
 
                     cache.clear()
+                if profiler is not None and i >= 3:
+                    profiler.enable()
                 began = time.perf_counter()
                 brains = catalog.searchResults(**query)
                 rows = [(b.Title, b.getURL(), b.review_state) for b in brains[:20]]
                 len(brains)
                 elapsed = (time.perf_counter() - began) * 1000
+                if profiler is not None:
+                    profiler.disable()
                 assert rows, f"{label}: no results"
                 if i >= 3:
                     samples.append(elapsed)
             result[label] = statistics.median(samples)
+            if profiler is not None:
+                import pstats
+
+                print(f"-- profile of {label!r} (connector={connector}, cold={cold}, query_cache={query_cache})")
+                pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(35)
         return result
     finally:
         db.setCacheSize(WARM_CACHE)
