@@ -62,3 +62,21 @@ def test_date_range_bounds_have_statistics_that_go_with_the_index(service):
         response = admin.patch(f"/catalogs/{name}/schema", json={"remove_indexes": ["effectiveRange"]})
         assert response.status_code == 200, response.text
         assert statistics_on(service.database_url, name) == []
+
+
+def test_catalog_rows_stay_uncompressed_up_to_a_page(service):
+    # Plone-sized index values (object_provides lists dozens of names) pass the 2 kB default
+    # TOAST threshold; compressed, every condition on idx decompressed the row again.
+    with service.client() as admin:
+        name, _ = new_catalog(admin, indexes=[IndexDeclaration(name="object_provides", type="KeywordIndex")])
+        names = [f"plone.app.contenttypes.interfaces.IInterfaceNumber{i}Something" for i in range(60)]
+        response = admin.post(f"/catalogs/{name}/batches", json={"batch_id": "b", "entries": [
+            {"op": "index", "uid": "doc", "path": "/plone/doc", "values": {"object_provides": names}}]})
+        assert response.status_code == 200, response.text
+    with psycopg.connect(service.database_url) as conn:
+        table = conn.execute("select 'catalog_object_' || id from catalog where name = %s", (name,)).fetchone()[0]
+        options = conn.execute("select reloptions from pg_class where relname = %s", (table,)).fetchone()[0]
+        assert "toast_tuple_target=8160" in options
+        size, compression = conn.execute(
+            f"select pg_column_size(idx), pg_column_compression(idx) from {table}").fetchone()
+    assert size > 2048 and compression is None

@@ -156,7 +156,9 @@ async def one_shot_rows(conn: asyncpg.Connection, catalog: Catalog, batch_id: st
     """Where the rows of a one-shot batch go: the temporary table, unless the id is staged already."""
     if await _batch_state(conn, catalog, batch_id) == "staged":
         return STAGED
-    await conn.execute(f"create temp table if not exists catalog_batch_rows (like {STAGED}) on commit delete rows")
+    # Uncompressed up to a page, as the partitions: a compressed datum would be copied as it is.
+    await conn.execute(f"create temp table if not exists catalog_batch_rows (like {STAGED}) "
+                       f"with (toast_tuple_target = 8160) on commit delete rows")
     return ONE_SHOT
 
 
