@@ -52,7 +52,7 @@ async def lifespan(app: FastAPI):
             applied = await migrate(conn)
             if applied:
                 log.info("migrations applied: %s", ", ".join(applied))
-            await app.state.registry.ensure_statistics(conn)
+            await app.state.registry.upgrade_partitions(conn)
     app.state.db = db
     resolver = asyncio.create_task(_resolver(app))
     try:

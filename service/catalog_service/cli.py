@@ -41,7 +41,7 @@ async def _migrate(dsn: str) -> list[str]:
     conn = await _connect(dsn)
     try:
         applied = await migrate(conn)
-        await CatalogRegistry().ensure_statistics(conn)
+        await CatalogRegistry().upgrade_partitions(conn)
         return applied
     finally:
         await conn.close()

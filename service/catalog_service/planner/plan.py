@@ -201,7 +201,7 @@ def plan_search(
             ignored.append(key)
     if len(index_names) > limits.max_query_terms:
         raise LimitExceeded(f"{len(index_names)} indexes queried, at most {limits.max_query_terms}")
-    _sort_spec(query, schema)  # ZCatalog reads sort_on and sort_order first (searchResults)
+    sort = _sort_spec(query, schema)  # ZCatalog reads sort_on and sort_order first (searchResults)
     for key, value in query.items():
         # Catalog.make_query sorts every list in the query, whatever its key: mixed types raise.
         if isinstance(value, list | tuple):
@@ -225,13 +225,15 @@ def plan_search(
     if security.effective_at is not None and isinstance(effective, DateRangeIndex):
         effective_p = params.add(effective.term(security.effective_at.isoformat()), "bigint")
 
+    def principals_on(row: str) -> str:
+        return f"({row}.allowed && {principals_p})"
+
+    def effective_on(row: str) -> str:
+        return effective.covers(effective_p, row=f"{row}.")
+
     def visible(row: str) -> list[str]:
-        found = []
-        if principals_p is not None:
-            found.append(f"({row}.allowed && {principals_p})")
-        if effective_p is not None:
-            found.append(effective.covers(effective_p, row=f"{row}."))
-        return found
+        return ([principals_on(row)] if principals_p is not None else []) + (
+            [effective_on(row)] if effective_p is not None else [])
 
     ctx = QueryContext(params=params, catalog_id=schema.catalog_id, table=source,
                        applied=application_order([n for n in applied if n in schema.indexes], schema),
@@ -247,9 +249,9 @@ def plan_search(
             else:
                 found.append(index.condition(iq, ctx))
         if name == SECURITY_INDEX and principals_p is not None:
-            found.append(visible("o")[0])
+            found.append(principals_on("o"))
         if name == EFFECTIVE_INDEX and effective_p is not None:
-            found.append(visible("o")[-1])
+            found.append(effective_on("o"))
         return found
 
     # In ZCatalog's order: an index whose query is invalid raises only if the indexes applied
@@ -271,7 +273,6 @@ def plan_search(
                               precheck_sql=f"select exists (select 1 from {source} o where {all_of(probe)})",
                               precheck_params=list(params.values[:used]))
 
-    sort = _sort_spec(query, schema)
     order_terms = []
     for index, desc in sort:
         expr = index.sort_expr()

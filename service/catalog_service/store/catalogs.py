@@ -28,7 +28,7 @@ TOAST_TARGET_OPTION = "toast_tuple_target=8160"
 
 
 async def _tune_partition(conn: asyncpg.Connection, table: str) -> None:
-    await conn.execute(f"alter table {table} set ({TOAST_TARGET_OPTION.replace('=', ' = ')})")
+    await conn.execute(f"alter table {table} set ({TOAST_TARGET_OPTION})")
     try:
         async with conn.transaction():
             for column in ("idx", "text", "meta"):
@@ -213,7 +213,7 @@ class CatalogRegistry:
             await conn.execute("delete from catalog where id = $1", catalog.id)
         self._cache.pop(catalog.name, None)
 
-    async def ensure_statistics(self, conn: asyncpg.Connection) -> None:
+    async def upgrade_partitions(self, conn: asyncpg.Connection) -> None:
         """Bring catalogs made by earlier versions up to date: expression statistics (built by
         the next ANALYZE, no index is built here) and the partition's storage settings (they
         apply to rows written from now on)."""
