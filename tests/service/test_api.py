@@ -378,6 +378,28 @@ def test_openapi_lists_the_api(live_service):
     paths = httpx.get(live_service.url + "/openapi.json").json()["paths"]
     for path in ("/catalogs", "/catalogs/{name}/batches", "/catalogs/{name}/query", "/search"):
         assert path in paths
+    # The searches read their body and headers themselves (api/deps.read_body); they are still
+    # described: the request body's schema and the credential headers.
+    for path in ("/catalogs/{name}/query", "/search"):
+        post = paths[path]["post"]
+        schema = post["requestBody"]["content"]["application/json"]["schema"]
+        assert {"query", "b_start", "b_size", "batch_ids"} <= set(schema["properties"])
+        headers = {p["name"] for p in post["parameters"] if p["in"] == "header"}
+        assert {"authorization", "x-catalog-principals"} <= headers
+
+
+@pytest.mark.parametrize("body, loc", [
+    ({"query": {}, "b_size": -1}, ["body", "b_size"]),
+    ({"query": {}, "bogus": 1}, ["body", "bogus"]),
+    ({"query": []}, ["body", "query"]),
+])
+def test_search_body_errors_name_the_field(admin, catalog, body, loc):
+    name, _ = catalog
+    for path in (f"/catalogs/{name}/query", f"/search?catalog={name}"):
+        r = admin.post(path, json=body)
+        assert r.status_code == 422, r.text
+        assert r.headers["content-type"] == "application/problem+json"
+        assert [e["loc"] for e in r.json()["errors"]] == [loc]
 
 
 def test_restricted_query_sees_its_own_staged_changes(live_service, catalog):

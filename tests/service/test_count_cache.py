@@ -160,3 +160,65 @@ def test_staged_batches_and_schema_updates(dsn):
         assert h.counts.misses == misses + 1
 
     run(dsn, body)
+
+
+class WriteAfterFirstStatement:
+    """The search's connection, with a commit from another connection slipped in right after the
+    first statement returns: the race between reading a page and counting its total."""
+
+    def __init__(self, conn, write):
+        self.conn = conn
+        self.write = write
+        self.statements = 0
+
+    async def fetch(self, sql, *params):
+        rows = await self.conn.fetch(sql, *params)
+        self.statements += 1
+        if self.write is not None:
+            write, self.write = self.write, None
+            await write()
+        return rows
+
+
+def test_a_write_between_page_and_count_is_never_mixed_in(dsn):
+    async def body(h: Harness):
+        import asyncpg
+
+        await h.write(entry("a", "Document"), entry("b", "Document"))
+        other = await asyncpg.connect(dsn)
+        await _init_connection(other)
+        try:
+            async def commit_another_document():
+                batch = Batch.model_validate({"batch_id": "race", "entries": [entry("c", "Document")]})
+                async with other.transaction():
+                    await batches.stage(other, h.catalog, batch, batches.convert(batch, h.catalog, 1000))
+                await batches.commit(other, h.catalog, "race")
+
+            racing = WriteAfterFirstStatement(h.conn, commit_another_document)
+            answer = orjson.loads((await search(racing, h.catalog, SearchRequest(query={"portal_type": "Document"},
+                                                                                b_size=1),
+                                                ANONYMOUS, Limits(), counts=h.counts)).body)
+            # The page was read before the commit, the first count after it: the counters differ,
+            # so page and count ran again together, both of the new state.
+            assert racing.statements == 3
+            assert answer["items_total"] == 3
+            assert answer["counter"] == (await h.conn.fetchval("select counter from catalog where id = $1",
+                                                               h.catalog.id))
+            assert await h.check({"portal_type": "Document"}) == 3
+        finally:
+            await other.close()
+
+    run(dsn, body)
+
+
+def test_a_page_that_is_not_full_needs_no_count(dsn):
+    async def body(h: Harness):
+        await h.write(entry("a", "Document"), entry("b", "Document"))
+        counted = WriteAfterFirstStatement(h.conn, None)
+        answer = orjson.loads((await search(counted, h.catalog, SearchRequest(query={"portal_type": "Document"},
+                                                                             b_size=5),
+                                            ANONYMOUS, Limits(), counts=h.counts)).body)
+        assert (answer["items_total"], counted.statements) == (2, 1)
+        assert (h.counts.hits, h.counts.misses) == (0, 0)
+
+    run(dsn, body)

@@ -1,8 +1,10 @@
 """Run a planned search and shape the answer (metadata passed through as raw JSON).
 
-One round trip per query: the catalog's counter and schema revision (and the state of the batch
-the caller waits for) come back with the page, from the same statement and snapshot. A query
-planned with a stale copy of the catalog's schema is detected by its revision and run again.
+Usually one round trip per query: the catalog's counter and schema revision (and the state of the
+batch the caller waits for) come back with the page, from the same statement and snapshot; the
+total comes from the page, the count cache or a count of the same state (docs/decisions/0006).
+A query planned with a stale copy of the catalog's schema is detected by its revision and run
+again.
 """
 
 from __future__ import annotations
@@ -74,16 +76,109 @@ class CountCache:
 _PARAM = re.compile(r"\$(\d+)")
 
 
+def _count_params(plan) -> list:
+    """The parameters of ``plan.count_sql``: the first ones of the plan's."""
+    return plan.params[:max((int(n) for n in _PARAM.findall(plan.count_sql)), default=0)]
+
+
 def _count_key(catalog: Catalog, plan, request: SearchRequest) -> tuple | None:
     if request.batch_ids:
         return None
-    used = max((int(n) for n in _PARAM.findall(plan.count_sql)), default=0)
     # repr keeps types apart (1 and "1", lists and tuples); parameters are plain values.
-    return (catalog.id, plan.count_sql, repr(plan.params[:used]))
+    return (catalog.id, plan.count_sql, repr(_count_params(plan)))
 
 
-def _batch_state(after: str) -> str:
-    return f"(select b.state from catalog_batch b where b.catalog_id = c.id and b.batch_id = {after})"
+def _batch_column(request: SearchRequest, params: list) -> str:
+    """The state of the batch the caller waits for (``after_batch``), as a column; appends its
+    parameter to ``params``."""
+    if request.after_batch is None:
+        return "null::text"  # nobody waits for a batch: no lookup to plan and run
+    params.append(request.after_batch)
+    return (f"(select b.state from catalog_batch b where b.catalog_id = c.id "
+            f"and b.batch_id = ${len(params)}::text)")
+
+
+async def _fetch(conn: asyncpg.Connection, sql: str, params: list) -> list:
+    try:
+        return await conn.fetch(sql, *params)
+    except asyncpg.UndefinedTableError as exc:
+        raise StaleSchema() from exc
+
+
+def _head(rows: list, catalog: Catalog):
+    if not rows or rows[0]["schema_rev"] != catalog.schema_rev:
+        raise StaleSchema()
+    return rows[0]
+
+
+def _short_page_total(rows_on_page: int, limit: int, offset: int) -> int | None:
+    """The total when the page alone tells it: a page that is not full ends the result. (A page
+    size of 0 says nothing, nor does an empty page past the first.)"""
+    if limit > 0 and 0 < rows_on_page < limit:
+        return offset + rows_on_page
+    if limit > 0 and offset == 0 and rows_on_page == 0:
+        return 0
+    return None
+
+
+async def _page_and_total(conn, catalog: Catalog, plan, request: SearchRequest, limits: Limits,
+                          counts: CountCache | None) -> tuple[list, object]:
+    """The page's rows and the head row (counter, schema revision, batch state, total).
+
+    With a count cache, the page is read first without its count: a statement with the count in
+    it costs twice the planning, even when the count is not run. The total then comes from a page
+    that is not full, from the cache if the catalog has not moved, or from a count whose own
+    snapshot shows the same counter and revision as the page's (every write moves one of them, so
+    it counted the page's state). If a write slipped in between, or without a cache, page and
+    count run as one statement.
+    """
+    limit = plan.b_size if plan.b_size is not None else limits.max_unbatched
+    key = None if counts is None or counts.size <= 0 else _count_key(catalog, plan, request)
+    params = list(plan.params) + [catalog.id]
+    cat = f"${len(params)}::integer"
+    batch_state = _batch_column(request, params)
+    head_sql = f"select c.counter, c.schema_rev, {batch_state} as batch_state"
+    if key is not None:
+        # row_number() carries the page's order through the join (SQL keeps no order otherwise).
+        rows = await _fetch(conn, f"{head_sql}, null::bigint as total, r.* from catalog c "
+                                  f"left join (select q.*, row_number() over () as n from ({plan.sql}) q) r on true "
+                                  f"where c.id = {cat} order by r.n", params)
+        head = dict(_head(rows, catalog))
+        rows = rows if head["rid"] is not None else []
+        state = (head["counter"], head["schema_rev"])
+        total = _short_page_total(len(rows), limit, plan.b_start)
+        if total is None:
+            cached = counts.get(key)
+            if cached is not None and cached[:2] == state:
+                total = cached[2]
+                counts.record(hit=True)
+            else:
+                count_params = _count_params(plan) + [catalog.id]
+                counted = _head(await _fetch(conn, f"select c.counter, c.schema_rev, ({plan.count_sql}) as total "
+                                                   f"from catalog c where c.id = ${len(count_params)}::integer",
+                                             count_params), catalog)
+                if (counted["counter"], counted["schema_rev"]) == state:
+                    total = counted["total"]
+                    counts.record(hit=False)
+                    counts.put(key, *state, total)
+        if total is not None:
+            head["total"] = total
+            return rows, head
+    # Page and count in one statement, one snapshot. The count runs only if the page does not tell
+    # the total (an InitPlan in an untaken CASE branch is never executed).
+    params.extend((limit, plan.b_start))
+    lim, off = f"${len(params) - 1}::bigint", f"${len(params)}::bigint"
+    rows_on_page = "(select count(*) from page)"
+    total = (f"(case when {lim} > 0 and {rows_on_page} between 1 and {lim} - 1 then {off} + {rows_on_page} "
+             f"when {lim} > 0 and {off} = 0 and {rows_on_page} = 0 then 0 else ({plan.count_sql}) end)")
+    rows = await _fetch(conn, f"with page as materialized (select q.*, row_number() over () as n from ({plan.sql}) q) "
+                              f"{head_sql}, {total} as total, r.* "
+                              f"from catalog c left join page r on true where c.id = {cat} order by r.n", params)
+    head = _head(rows, catalog)
+    if key is not None:
+        counts.record(hit=False)
+        counts.put(key, head["counter"], head["schema_rev"], head["total"])
+    return [r for r in rows if r["rid"] is not None], head
 
 
 class StaleSchema(Exception):
@@ -106,54 +201,15 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
         if found:
             raise plan.deferred_error
         plan = plan_search({}, catalog.schema, limits, UNRESTRICTED)  # nothing: an empty answer
-    params = [] if plan.empty else list(plan.params)
-    params.append(catalog.id)
-    cat = f"${len(params)}::integer"
-    if request.after_batch is None:
-        batch_state = "null::text"  # nobody waits for a batch: no lookup to plan and run
-    else:
-        params.append(request.after_batch)
-        batch_state = _batch_state(f"${len(params)}::text")
-    # count_sql uses the first parameters of plan.params only, so it fits in the same statement.
-    key = None if plan.empty or counts is None or counts.size <= 0 else _count_key(catalog, plan, request)
     if plan.empty:
-        count = "0::bigint"
-    elif key is None:
-        count = f"({plan.count_sql})"
+        params = [catalog.id]
+        batch_state = _batch_column(request, params)
+        rows = await _fetch(conn, f"select c.counter, c.schema_rev, {batch_state} as batch_state, "
+                                  f"0::bigint as total, null::bigint as rid from catalog c where c.id = $1::integer",
+                            params)
+        head = _head(rows, catalog)
     else:
-        # The count runs only if the catalog moved since the cached total (an InitPlan in an
-        # untaken CASE branch is never executed).
-        cached = counts.get(key) or (-1, -1, 0)
-        params.extend(cached)
-        n = len(params)
-        count = (f"(case when c.counter = ${n - 2}::bigint and c.schema_rev = ${n - 1}::integer "
-                 f"then ${n}::bigint else ({plan.count_sql}) end)")
-    if plan.empty:
-        sql = (f"select c.counter, c.schema_rev, {batch_state} as batch_state, {count} as total, "
-               f"null::bigint as rid from catalog c where c.id = {cat}")
-    else:
-        # A page that is not full ends the result: then the total is its offset plus its rows,
-        # and the count is not run. (A page size of 0 says nothing, nor does an empty page past
-        # the first.)
-        limit = plan.b_size if plan.b_size is not None else limits.max_unbatched
-        params.extend((limit, plan.b_start))
-        lim, off = f"${len(params) - 1}::bigint", f"${len(params)}::bigint"
-        rows_on_page = "(select count(*) from page)"
-        total = (f"(case when {lim} > 0 and {rows_on_page} between 1 and {lim} - 1 then {off} + {rows_on_page} "
-                 f"when {lim} > 0 and {off} = 0 and {rows_on_page} = 0 then 0 else {count} end)")
-        sql = (f"with page as materialized (select q.*, row_number() over () as n from ({plan.sql}) q) "
-               f"select c.counter, c.schema_rev, {batch_state} as batch_state, {total} as total, r.* "
-               f"from catalog c left join page r on true where c.id = {cat} order by r.n")
-    try:
-        rows = await conn.fetch(sql, *params)
-    except asyncpg.UndefinedTableError as exc:
-        raise StaleSchema() from exc
-    if not rows or rows[0]["schema_rev"] != catalog.schema_rev:
-        raise StaleSchema()
-    head = rows[0]
-    if key is not None:
-        counts.record(hit=(head["counter"], head["schema_rev"]) == cached[:2])
-        counts.put(key, head["counter"], head["schema_rev"], head["total"])
+        rows, head = await _page_and_total(conn, catalog, plan, request, limits, counts)
     hits = [r for r in rows if r["rid"] is not None]
     complete = request.after_batch is None or head["batch_state"] == "committed"
     items = [
