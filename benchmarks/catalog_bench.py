@@ -48,7 +48,14 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from catalog_service.demo import PLONE_INDEXES, PLONE_METADATA, objects, plone_catalog  # noqa: E402
+from catalog_service.demo import (  # noqa: E402
+    PLONE_INDEXES,
+    PLONE_METADATA,
+    folder_path,
+    layout,
+    objects,
+    plone_catalog,
+)
 from tests.live import free_port  # noqa: E402
 from tests.pg import create_database, drop_database  # noqa: E402
 
@@ -71,8 +78,8 @@ class PloneQuery:
 
 
 def plone_queries(size: int) -> list[PloneQuery]:
-    # The demo corpus puts ~100 items in each folder /plone/folder-N; folder-8 exists at every size.
-    folder = f"/plone/folder-{min(8, size // 100 - 1)}"
+    # The demo corpus puts ~100 items in each folder (demo.layout); folder 8 exists from 900 objects on.
+    folder = folder_path(min(8, layout(size)[1] - 1), size)
     listing = {"path": {"query": folder, "depth": 1}, "portal_type": ["Document", "News Item", "Event"],
                "sort_on": "getObjPositionInParent"}
     return [

@@ -39,8 +39,9 @@ TYPES = ["Document", "News Item", "Event"]
 # Principals of a logged-in member, as Plone's catalog tool computes them.
 PRINCIPALS = json.dumps(["Anonymous", "Authenticated", "Member", "user:joe", "AuthenticatedUsers"])
 
-# How many folders the demo corpus has (it puts ~100 objects in each /plone/folder-N); set at start.
-folders = 1
+# Paths of the demo corpus's folders (~100 objects each, in sections: catalog_service.demo.layout);
+# found at start.
+folders = ["/plone"]
 
 
 def auth() -> dict[str, str]:
@@ -63,19 +64,17 @@ def prepare(environment, **_kw):
                 client.post(f"/catalogs/{CATALOG}/batches", headers=auth(),
                             json={"batch_id": f"loadtest-setup-{start}", "entries": entries[start:start + 2000]},
                             ).raise_for_status()
-            info = client.get(f"/catalogs/{CATALOG}", headers=auth())
-        if info is not None and info.status_code == 200:
-            folders = max(1, info.json()["objects"] // 100)
-        else:
-            # Without a token, count the folders an anonymous search can see.
-            answer = client.get("/search", params={"catalog": CATALOG, "portal_type": "Folder",
-                                                   "path": "/plone", "b_size": 1})
-            answer.raise_for_status()
-            folders = max(1, answer.json()["items_total"])
+        # The folders, as the searches below will see them: folderish objects two levels down.
+        answer = client.get("/search", params={"catalog": CATALOG, "portal_type": "Folder",
+                                               "q": json.dumps({"path": {"query": "/plone", "depth": 2}}),
+                                               "b_size": 5000})
+        answer.raise_for_status()
+        found = [item["path"] for item in answer.json()["items"] if item["path"].count("/") == 3]
+        folders = found or folders
 
 
 def folder() -> str:
-    return f"/plone/folder-{random.randrange(folders)}"
+    return random.choice(folders)
 
 
 class AnonymousVisitor(HttpUser):

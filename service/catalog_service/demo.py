@@ -1,12 +1,13 @@
 """Plone's standard catalog declarations and a generator of Plone-like content.
 
 Used by ``catalog-service demo`` (and ``serve --demo``) and by the benchmarks: a site ``/plone``
-with folders, documents, news items and events, workflow states, sharing, dates, subjects and
+in sections of folders of documents, news items and events, workflow states, sharing, dates, subjects and
 searchable text, with the index values a Plone connector would send.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -79,17 +80,34 @@ def _iso(dt: datetime) -> str:
     return dt.isoformat()
 
 
+def layout(count: int) -> tuple[int, int]:
+    """(sections, folders) of a corpus of ``count`` objects: folders of about 100 items each,
+    in about sqrt(folders) sections of about sqrt(folders) folders each, so that no folder of the
+    tree, the site root included, holds many more than 100 children at any size."""
+    folders = max(1, count // 100)
+    return max(1, math.isqrt(folders - 1) + 1), folders
+
+
+def folder_path(number: int, count: int, site: str = "/plone") -> str:
+    """The path of folder ``number`` (0 <= number < folders) of a corpus of ``count`` objects."""
+    sections, folders = layout(count)
+    return f"{site}/section-{number // -(-folders // sections)}/folder-{number}"
+
+
 def objects(count: int, seed: int = 1, site: str = "/plone") -> Iterator[dict]:
-    """``count`` index entries (as JSON-ready dicts): folders of about 100 items each."""
+    """``count`` index entries (as JSON-ready dicts): sections of folders of items (see ``layout``)."""
     rnd = random.Random(seed)
     base = datetime(2020, 1, 1, tzinfo=UTC)
-    folders = max(1, count // 100)
+    sections, folders = layout(count)
     positions: dict[str, int] = {}
     for i in range(count):
-        if i < folders:
-            parent, oid, portal_type, folderish = site, f"folder-{i}", "Folder", True
+        if i < sections:
+            parent, oid, portal_type, folderish = site, f"section-{i}", "Folder", True
+        elif i < sections + folders:
+            parent, _, oid = folder_path(i - sections, count, site).rpartition("/")
+            portal_type, folderish = "Folder", True
         else:
-            parent = f"{site}/folder-{rnd.randrange(folders)}"
+            parent = folder_path(rnd.randrange(folders), count, site)
             portal_type, folderish = _pick(rnd, TYPES), False
             oid = f"{portal_type.lower().replace(' ', '-')}-{i}"
         path = f"{parent}/{oid}"
