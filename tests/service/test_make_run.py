@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
 from tests.live import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_serve_demo_on_a_fresh_embedded_postgresql(tmp_path):
@@ -32,7 +36,13 @@ def test_serve_demo_on_a_fresh_embedded_postgresql(tmp_path):
                 time.sleep(0.3)
         answer = httpx.get(base + "/search", params={"catalog": "demo", "portal_type": "Folder", "b_size": 3}).json()
         assert answer["items_total"] > 0 and len(answer["items"]) == 3
-        assert all(item["path"].startswith("/plone/folder-") for item in answer["items"])
+        assert all(item["path"].startswith("/plone/section-") for item in answer["items"])
+        # The folder listing README.md shows.
+        listing = {"path": {"query": "/plone/section-0/folder-3", "depth": 1}, "sort_on": "getObjPositionInParent"}
+        assert "/plone/section-0/folder-3" in (ROOT / "README.md").read_text()
+        answer = httpx.get(base + "/search", params={"catalog": "demo", "q": json.dumps(listing), "b_size": 5}).json()
+        assert answer["items_total"] > 0
+        assert all(item["path"].startswith("/plone/section-0/folder-3/") for item in answer["items"])
     finally:
         server.terminate()
         output = server.communicate(timeout=30)[0]
