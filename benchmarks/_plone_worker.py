@@ -152,7 +152,14 @@ class CatalogTime:
         self.seconds = 0.0
         self.calls = 0
 
-    def install(self, connector: bool) -> None:
+    def install(self, connector: bool, no_op: bool = False) -> None:
+        if no_op:
+            # The floor: Plone with a catalog whose indexing costs nothing (ZCatalog's
+            # catalog_object and uncatalog_object do nothing).
+            from Products.ZCatalog.ZCatalog import ZCatalog
+
+            ZCatalog.catalog_object = lambda self, *args, **kw: None
+            ZCatalog.uncatalog_object = lambda self, *args, **kw: None
         if connector:
             from plone_connector.catalog.client import CatalogClient
 
@@ -364,13 +371,14 @@ def _service_counts(connector: bool) -> tuple[int, int]:
 
 def run(config: dict) -> dict:
     kind, connector = config["storage"], config["catalog"] == "connector"
+    no_catalog = config["catalog"] == "none"
     blob_dir = config.get("blob_dir") or tempfile.mkdtemp(prefix="plone-bench-blobs-")
     began = time.perf_counter()
     set_up(kind, config["target"], connector, blob_dir)
     out = {"setup_s": time.perf_counter() - began}
     sizes = config["docs"]
     create_folders()
-    catalog_time.install(connector)
+    catalog_time.install(connector, no_op=no_catalog)
     out["create"], out["create_catalog"] = {}, {}
     done = 0
     for size in sizes:
@@ -382,6 +390,8 @@ def run(config: dict) -> dict:
     out["modify"] = modify_documents(min(500, done))
     seconds, calls = catalog_time.take()
     out["modify_catalog"] = {"ms": seconds * 1000 / min(500, done), "calls": calls / min(500, done)}
+    if no_catalog:
+        return out  # nothing is indexed: no queries or pages to measure
     rounds = config["rounds"]
     out["queries_warm"] = time_queries(connector, cold=False, query_cache=True, rounds=rounds)
     if connector:

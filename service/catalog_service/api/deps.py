@@ -63,6 +63,13 @@ async def credential(
                           "x-catalog-unrestricted": x_catalog_unrestricted})
 
 
+# ``openapi_extra`` for routes that read the credential with :func:`credential_of`.
+HEADERS = {"parameters": [
+    {"name": name, "in": "header", "required": False, "schema": {"type": "string"}}
+    for name in ("authorization", "x-catalog-principals", "x-catalog-unrestricted")
+]}
+
+
 def body_schema(model: type[BaseModel]) -> dict:
     """``openapi_extra`` describing a JSON request body that the route reads with :func:`read_body`."""
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}

@@ -15,7 +15,7 @@ from ..metrics import QUERIES
 from ..planner.plan import SECURITY_INDEX, Limits
 from ..store.search import Answer, StaleSchema, search
 from .auth import Credential, identify, security_for
-from .deps import body_schema, credential_of, limits_for, read_body
+from .deps import HEADERS, body_schema, credential_of, limits_for, read_body
 
 router = APIRouter(tags=["search"])
 
@@ -61,26 +61,22 @@ async def run_search(request: Request, name: str, body: SearchRequest, cred: Cre
 # The two POST searches are the hot path: they read their headers and body themselves (see
 # deps.read_body), which takes a good part of FastAPI's per-request work off a short query. The
 # headers they read are those of ``deps.credential``; the body is described for OpenAPI.
-_HEADERS = {"parameters": [
-    {"name": name, "in": "header", "required": False, "schema": {"type": "string"}}
-    for name in ("authorization", "x-catalog-principals", "x-catalog-unrestricted")
-]}
 
 
 @router.post("/catalogs/{name}/query", response_model=SearchResult,
-             openapi_extra={**body_schema(SearchRequest), **_HEADERS})
+             openapi_extra={**body_schema(SearchRequest), **HEADERS})
 async def query_catalog(name: str, request: Request):
     body = await read_body(request, SearchRequest)
     return await run_search(request, name, body, credential_of(request.headers), limits_for(request))
 
 
-@router.post("/search", response_model=SearchResult, openapi_extra={**body_schema(SearchRequest), **_HEADERS})
+@router.post("/search", response_model=SearchResult, openapi_extra={**body_schema(SearchRequest), **HEADERS})
 async def search_post(request: Request, catalog: str):
     body = await read_body(request, SearchRequest)
     return await run_search(request, catalog, body, credential_of(request.headers), limits_for(request))
 
 
-@router.get("/search", response_model=SearchResult, openapi_extra=_HEADERS)
+@router.get("/search", response_model=SearchResult, openapi_extra=HEADERS)
 async def search_get(request: Request, catalog: str):
     """Query string form: ``q`` is a JSON ZCatalog query, or index=value pairs (repeat for lists)."""
     params = request.query_params

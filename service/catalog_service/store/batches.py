@@ -246,7 +246,10 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
 
 async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows: str = STAGED) -> BatchResult:
     """Apply a staged batch (its rows in ``rows``); must run inside a transaction."""
-    state = await _batch_state(conn, catalog, batch_id)
+    batch = await conn.fetchrow(
+        "select state, clear, entries, profile from catalog_batch where catalog_id = $1 and batch_id = $2 "
+        "for update", catalog.id, batch_id)
+    state = None if batch is None else batch["state"]
     if state is None:
         raise NotFound(f"no staged batch {batch_id!r}")
     if state == "aborted":
@@ -263,7 +266,7 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
                                   catalog.id)
     table = catalog.table
     cat, bid = catalog.id, batch_id
-    if await conn.fetchval("select clear from catalog_batch where catalog_id = $1 and batch_id = $2", cat, bid):
+    if batch["clear"]:
         await conn.execute(f"delete from {table}")
         await conn.execute("delete from catalog_tombstone where catalog_id = $1", cat)
         await conn.execute("delete from catalog_lexicon where catalog_id = $1", cat)
@@ -276,10 +279,12 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     removed = await conn.fetch(
         f"delete from {table} t using {rows} s where s.catalog_id = $1 and s.batch_id = $2 "
         f"and s.op = 'unindex' and t.uid = s.uid and t.version <= s.version returning t.uid", cat, bid)
-    await conn.execute(
+    # One row per unindexed object (a batch holds one change per object): the status counts them.
+    tombstones = await conn.execute(
         f"insert into catalog_tombstone (catalog_id, uid, version) select $1, s.uid, s.version {staged} "
         f"and s.op = 'unindex' on conflict (catalog_id, uid) do update set "
         f"version = greatest(catalog_tombstone.version, excluded.version), removed = now()", cat, bid)
+    unindexes = int(tombstones.rsplit(" ", 1)[1])
     fresh = ("s.op = 'index' and not exists (select 1 from catalog_tombstone tb where tb.catalog_id = $1 "
              "and tb.uid = s.uid and tb.version > s.version)")
     full = await conn.fetch(
@@ -303,11 +308,8 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
         f"s.delta_text, s.delta_meta, s.version {staged} and s.idxs is not null and {fresh} "
         f"and not exists (select 1 from {table} t where t.uid = s.uid) "
         f"on conflict do nothing returning uid", cat, bid)
+    entries, profile = batch["entries"], batch["profile"]
     if text_indexes:
-        entries = await conn.fetchval("select entries from catalog_batch where catalog_id = $1 and batch_id = $2",
-                                      cat, bid)
-        profile = await conn.fetchval("select profile from catalog_batch where catalog_id = $1 and batch_id = $2",
-                                      cat, bid)
         applied_all = len(removed) + len(full) + len(partial) + len(new_partial) == entries
         if not before[0] and applied_all and profile is not None:
             # New objects only, all applied: the rows are exactly as staged.
@@ -315,16 +317,13 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
         else:
             after = await _text_profile(conn, catalog, bid, text_indexes, rows)
         await _apply_text_delta(conn, cat, before, after)
-    entries = await conn.fetchval("select entries from catalog_batch where catalog_id = $1 and batch_id = $2",
-                                  cat, bid)
     applied = len(removed) + len(full) + len(partial) + len(new_partial)
-    unindexes = await conn.fetchval(f"select count(*) {staged} and s.op = 'unindex'", cat, bid)
     # An unindex of an object that is not there is not stale, just empty.
     skipped = max(0, entries - applied - (unindexes - len(removed)))
-    await conn.execute(f"delete from {rows} where catalog_id = $1 and batch_id = $2", cat, bid)
     await conn.execute(
-        "update catalog_batch set state = 'committed', applied = $3, skipped = $4, finished = now() "
-        "where catalog_id = $1 and batch_id = $2", cat, bid, applied, skipped)
+        f"with done as (delete from {rows} where catalog_id = $1 and batch_id = $2) "
+        f"update catalog_batch set state = 'committed', applied = $3, skipped = $4, finished = now() "
+        f"where catalog_id = $1 and batch_id = $2", cat, bid, applied, skipped)
     return BatchResult(batch_id=batch_id, state="committed", applied=applied, skipped_stale=skipped, counter=counter)
 
 
