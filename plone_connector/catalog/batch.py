@@ -1,10 +1,17 @@
 """One batch of catalog changes per ZODB transaction, sent through a transaction data manager.
 
-The batch collects the entries the indexing queue produces. At ``tpc_vote`` it is staged in the
-service (a failure there fails the vote, so ZODB commits nothing and the user sees the error); at
-``tpc_finish``, after the ZODB storages have finished, it is committed; on abort it is discarded.
-Its id goes into ``transaction.extension["catalog_batch_ids"]`` as soon as the transaction has
-catalog changes, so a storage that records it lets the service resolve a batch a crash left staged.
+The batch collects the entries the indexing queue produces. It is staged in the service while the
+ZODB storages store and vote, and ``tpc_vote`` waits for that (a failure fails the vote, so ZODB
+commits nothing and the user sees the error); after ``tpc_finish`` of the ZODB storages it is
+committed, in the background; on abort it is discarded. Its id goes into
+``transaction.extension["catalog_batch_ids"]`` as soon as the transaction has catalog changes, so a
+storage that records it lets the service resolve a batch a crash left staged.
+
+Background requests go through the client's one thread per process, in the order they were
+handed over, and every other request of the process waits for them first (``client.settle``): a
+transaction's commit reaches the service before anything this process sends afterwards, so the
+process always reads its own writes. Other processes see the commit once the service has it; until then their queries
+wait for the batch the ZODB counter names (``committed.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import contextlib
 import logging
 import threading
 import uuid as uuidlib
+from concurrent.futures import Future
 
 import transaction as transaction_module
 from transaction.interfaces import ISavepointDataManager
@@ -20,6 +28,7 @@ from zope.interface import implementer
 
 from catalog_schemas.api import Batch
 
+from . import client as client_module
 from .errors import CatalogServiceError
 
 logger = logging.getLogger("plone_connector.catalog")
@@ -30,6 +39,16 @@ EXTENSION_KEY = "catalog_batch_ids"
 # next query of this process; the service's staged-batch resolution is the backstop.
 _unfinished: list[tuple[str, str]] = []
 _unfinished_lock = threading.Lock()
+
+
+def _commit(client, catalog_id: str, batch_id: str) -> None:
+    try:
+        client.commit_batch(catalog_id, batch_id)
+    except Exception:
+        # ZODB has committed; the batch must follow. Keep it for a later retry.
+        logger.exception("commit of catalog batch %s failed; will retry", batch_id)
+        with _unfinished_lock:
+            _unfinished.append((catalog_id, batch_id))
 
 
 class PendingBatch:
@@ -118,6 +137,8 @@ class BatchDataManager:
         # Set when the tool has named this batch beside the catalog counter in ZODB: readers will
         # wait for it, so it is staged and committed even if a savepoint rollback emptied it.
         self.marked = False
+        # The staging sent in the background at tpc_begin, until tpc_vote waits for it.
+        self._staging: Future | None = None
 
     # The ZODB connections finish first: a crash between their finish and ours leaves a staged
     # batch whose transaction committed, which the service resolves; the reverse order could
@@ -125,14 +146,29 @@ class BatchDataManager:
     def sortKey(self):
         return "\uffffplone_connector.catalog:" + self.batch.catalog_id
 
+    def _needs_staging(self) -> bool:
+        # An emptied batch is still sent when a staged copy must be replaced or the mark names it.
+        return self.batch.dirty and bool(self.batch or self.batch.staged or self.marked)
+
+    def _await_staging(self) -> None:
+        future, self._staging = self._staging, None
+        if future is None:
+            return
+        try:
+            future.result()
+        except BaseException:
+            self.batch.dirty = True  # not staged: send it again if anyone asks
+            raise
+        self.batch.staged = True
+
     def stage(self):
         """Send the batch as staged (again, replacing the staged copy) if it changed."""
+        self._await_staging()
         if self.schema_update is not None:
             pending, self.schema_update = self.schema_update, None
             update = pending["tool"].schema_update(pending["remove_indexes"], pending["remove_metadata"])
             self.client.update_schema(self.batch.catalog_id, update)
-        # An emptied batch is still sent when a staged copy must be replaced or the mark names it.
-        if self.batch.dirty and (self.batch or self.batch.staged or self.marked):
+        if self._needs_staging():
             self.client.stage_batch(self.batch.catalog_id, self.batch.to_model())
             self.batch.staged = True
         self.batch.dirty = False
@@ -146,7 +182,13 @@ class BatchDataManager:
         self._discard(txn)
 
     def tpc_begin(self, txn):
-        pass
+        # The indexing queue was processed before the commit began: the batch is complete. Stage it
+        # while the ZODB storages store and vote (they sort before us); tpc_vote waits for it and
+        # sends it again if it changed since. A schema change is sent in tpc_vote, from this thread.
+        if self.schema_update is None and self._needs_staging():
+            model = self.batch.to_model()
+            self.batch.dirty = False
+            self._staging = client_module.in_background(self.client.stage_batch, self.batch.catalog_id, model)
 
     def commit(self, txn):
         pass
@@ -170,13 +212,12 @@ class BatchDataManager:
         # ZODB has committed: from here on the batch is never ours to abort (the transaction
         # calls abort() on every resource again after its after-commit hooks ran).
         batch.staged = False
+        # In the background: the user's request goes on, and this process's next request to the
+        # service waits for it (client.settle).
         try:
-            self.client.commit_batch(batch.catalog_id, batch.batch_id)
-        except CatalogServiceError:
-            # ZODB has committed; the batch must follow. Keep it for a later retry.
-            logger.exception("commit of catalog batch %s failed; will retry", batch.batch_id)
-            with _unfinished_lock:
-                _unfinished.append((batch.catalog_id, batch.batch_id))
+            client_module.in_background(_commit, self.client, batch.catalog_id, batch.batch_id)
+        except RuntimeError:  # the interpreter is shutting down: no new threads
+            _commit(self.client, batch.catalog_id, batch.batch_id)
 
     def tpc_abort(self, txn):
         self._discard(txn)
@@ -184,6 +225,8 @@ class BatchDataManager:
     def _discard(self, txn):
         batch = self.batch
         _forget(txn, batch.catalog_id)
+        with contextlib.suppress(Exception):
+            self._await_staging()  # a staging in flight is aborted below once it has landed
         if batch.staged:
             try:
                 self.client.abort_batch(batch.catalog_id, batch.batch_id)
@@ -235,7 +278,9 @@ def current_manager(client, catalog_id: str, version_of, create: bool) -> BatchD
 
 
 def retry_unfinished(client) -> None:
-    """Commit batches whose commit failed after their ZODB transaction committed."""
+    """Wait for the batch requests in flight, then commit batches whose commit failed after their
+    ZODB transaction committed."""
+    client_module.settle()
     if not _unfinished:
         return
     with _unfinished_lock:

@@ -2,14 +2,22 @@
 
 Only idempotent calls are retried: queries, reads, staging (the same batch id replaces the staged
 batch), commit and abort (both idempotent by contract). Creating a catalog is not retried.
+
+Some requests are sent in the background (``in_background``: staging while ZODB votes, committing
+after it finished), by one thread per process in the order they were handed over. Every other
+request waits for those first (``settle``), so a process's requests reach the service in the
+order its transactions made them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from typing import Any
 from urllib.parse import quote
 
@@ -32,6 +40,53 @@ from .settings import ConnectorSettings
 logger = logging.getLogger("plone_connector.catalog")
 
 _RETRY_STATUS = {502, 503, 504}
+
+_sender: ThreadPoolExecutor | None = None
+_in_flight: set[Future] = set()
+_sender_lock = threading.Lock()
+_sender_thread = threading.local()
+
+
+def _after_fork_in_child() -> None:
+    """A forked process has none of its parent's threads: start again with no background thread
+    and nothing in flight (the parent's requests are the parent's)."""
+    global _sender, _in_flight, _sender_lock
+    _sender, _in_flight, _sender_lock = None, set(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _mark_sender_thread() -> None:
+    _sender_thread.active = True
+
+
+def in_background(fn, *args) -> Future:
+    """Run ``fn(*args)`` on the process's background thread, after everything handed over before."""
+    global _sender
+    with _sender_lock:
+        if _sender is None:
+            _sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="catalog-batches",
+                                         initializer=_mark_sender_thread)
+        future = _sender.submit(fn, *args)
+        _in_flight.add(future)
+    future.add_done_callback(_answered)
+    return future
+
+
+def _answered(future: Future) -> None:
+    with _sender_lock:
+        _in_flight.discard(future)
+
+
+def settle() -> None:
+    """Wait until every request handed to the background thread has been answered (or failed)."""
+    if getattr(_sender_thread, "active", False):
+        return  # the background thread itself: its own requests are in order already
+    with _sender_lock:
+        pending = list(_in_flight)
+    if pending:
+        wait_for(pending)
 
 
 class CatalogClient:
@@ -63,6 +118,7 @@ class CatalogClient:
         headers: dict | None = None,
         idempotent: bool = True,
     ) -> Any:
+        settle()
         content = None
         send_headers = dict(headers or {})
         if body is not None:
