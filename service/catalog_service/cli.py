@@ -41,7 +41,10 @@ async def _migrate(dsn: str) -> list[str]:
     conn = await _connect(dsn)
     try:
         applied = await migrate(conn)
-        await CatalogRegistry().upgrade_partitions(conn)
+        # Indexes this version declares and older catalogs lack are built here (concurrently:
+        # the service may keep running), not at the service's start.
+        await CatalogRegistry().upgrade_partitions(
+            conn, build_indexes=True, progress=lambda line: print(line, file=sys.stderr, flush=True))
         return applied
     finally:
         await conn.close()

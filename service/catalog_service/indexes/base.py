@@ -91,6 +91,9 @@ class Index:
     def ddl(self, table: str) -> list[str]:
         return []
 
+    # Suffixes of indexes that earlier versions made for this index type and ``ddl`` replaces.
+    superseded: tuple[str, ...] = ()
+
     # -- queries ---------------------------------------------------------------------------
     def condition(self, q: IndexQuery, ctx: QueryContext) -> str:
         raise NotImplementedError

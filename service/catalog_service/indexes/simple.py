@@ -43,7 +43,11 @@ class BooleanIndex(Index):
         return f"(({self.json})::boolean)"
 
     def ddl(self, table: str) -> list[str]:
-        return [f"create index if not exists {self.index_name(table, 'v')} on {table} (((idx->{self.key})::boolean))"]
+        # With the rid: a sort on two values is all ties (see ScalarIndex.ddl).
+        return [f"create index if not exists {self.index_name(table, 'r')} on {table} "
+                f"(((idx->{self.key})::boolean), rid)"]
+
+    superseded = ("v",)
 
     def unique_values_sql(self, table: str) -> str:
         return (f"select distinct ({self.json})::boolean as sortkey, {self.json} as value from {table} o "
@@ -138,5 +142,8 @@ class GopipIndex(Index):
         return f"((o.idx->>{self.key})::bigint)"
 
     def ddl(self, table: str) -> list[str]:
-        return [f"create index if not exists {self.index_name(table, 'p')} on {table} "
-                f"(parent, ((idx->>{self.key})::bigint))"]
+        # Unordered folders give every item the same position: the rid orders the ties.
+        return [f"create index if not exists {self.index_name(table, 'pr')} on {table} "
+                f"(parent, ((idx->>{self.key})::bigint), rid)"]
+
+    superseded = ("p",)

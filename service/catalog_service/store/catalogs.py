@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import re
 import secrets
+import time
 from dataclasses import dataclass
 
 import asyncpg
@@ -18,12 +21,16 @@ from ..indexes.base import index_ident
 from ..indexes.simple import STATISTICS_SUFFIXES
 from ..planner.plan import CatalogSchema
 
+log = logging.getLogger(__name__)
+
 # Plone's index values of one object (object_provides alone lists dozens of interface names)
 # pass PostgreSQL's 2 kB TOAST threshold, so by default each row's idx was compressed, and every
 # condition on idx decompressed it again: 36 µs a row for a Plone folder listing's five
 # conditions. Rows are kept uncompressed and inline up to a page instead (about 8x faster scans of
 # Plone-sized rows, at a larger heap); larger rows are still compressed, with lz4 where the server
 # has it.
+# The (quoted) name in an index's "create index if not exists <name> on ..." statement.
+_CREATED_INDEX = re.compile(r'create index if not exists ("(?:[^"]|"")*"|\S+) on ')
 TOAST_TARGET_OPTION = "toast_tuple_target=8160"
 
 
@@ -170,7 +177,7 @@ class CatalogRegistry:
                        or catalog.schema.indexes[d.name].decl != d]
             removed = list(update.remove_indexes) + [d.name for d in changed if d.name in catalog.schema.indexes]
             for name in removed:
-                for suffix in ("v", "g", "t", "p"):
+                for suffix in ("v", "g", "t", "p", "r", "pr"):
                     await conn.execute(f"drop index if exists {index_ident(table, name, suffix)}")
                 for suffix in STATISTICS_SUFFIXES:
                     await conn.execute(f"drop statistics if exists {index_ident(table, name, suffix)}")
@@ -213,10 +220,16 @@ class CatalogRegistry:
             await conn.execute("delete from catalog where id = $1", catalog.id)
         self._cache.pop(catalog.name, None)
 
-    async def upgrade_partitions(self, conn: asyncpg.Connection) -> None:
+    async def upgrade_partitions(self, conn: asyncpg.Connection, build_indexes: bool = False,
+                                 progress=None) -> list[str]:
         """Bring catalogs made by earlier versions up to date: expression statistics (built by
-        the next ANALYZE, no index is built here) and the partition's storage settings (they
-        apply to rows written from now on)."""
+        the next ANALYZE), the partition's storage settings (they apply to rows written from now
+        on) and, with ``build_indexes``, the SQL indexes this version declares (built
+        concurrently, then the ones they replace dropped). Building an index takes a while on a
+        large catalog, so the service does not do it at start-up: it returns (and logs) the
+        missing ones, and ``catalog-service migrate`` builds them. ``progress`` gets a line per
+        index built."""
+        missing = []
         for row in await conn.fetch("select * from catalog"):
             catalog = build(row)
             options = await conn.fetchval("select reloptions from pg_class where relname = $1", catalog.table)
@@ -226,6 +239,25 @@ class CatalogRegistry:
                 for statement in index.ddl(catalog.table):
                     if statement.startswith("create statistics"):
                         await conn.execute(statement)
+                        continue
+                    name = _CREATED_INDEX.match(statement).group(1)
+                    if await conn.fetchval("select to_regclass($1) is not null", name):
+                        continue
+                    if not build_indexes:
+                        missing.append(f"{catalog.name}: {name}")
+                        continue
+                    began = time.monotonic()
+                    await conn.execute(statement.replace("create index if not exists",
+                                                         "create index concurrently if not exists", 1))
+                    for suffix in index.superseded:
+                        await conn.execute(f"drop index concurrently if exists "
+                                           f"{index_ident(catalog.table, index.name, suffix)}")
+                    if progress is not None:
+                        progress(f"{catalog.name}: built {name} in {time.monotonic() - began:.1f} s")
+        if missing:
+            log.warning("catalog indexes of this version are missing (run `catalog-service migrate` to build "
+                        "them): %s", ", ".join(missing))
+        return missing
 
     async def count(self, conn: asyncpg.Connection, catalog: Catalog) -> int:
         return await conn.fetchval(f"select count(*) from {catalog.table}")
