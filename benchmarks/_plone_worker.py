@@ -156,13 +156,20 @@ class CatalogTime:
         self.calls = 0
         self._depth = threading.local()
 
-    def install(self, connector: bool, no_op: bool = False) -> None:
-        if no_op:
-            # The floor: Plone with a catalog whose indexing costs nothing (ZCatalog's
-            # catalog_object and uncatalog_object do nothing).
+    def install(self, connector: bool, no_op: bool = False, extract_only: bool = False) -> None:
+        if no_op or extract_only:
+            # The floors: Plone with a catalog whose indexing costs nothing (ZCatalog's
+            # catalog_object and uncatalog_object do nothing), or nothing but computing the
+            # values it would index and store, as ZCatalog does (through the same wrapper and
+            # plone.indexer adapters; the connector's extraction, which mirrors ZCatalog's).
             from Products.ZCatalog.ZCatalog import ZCatalog
 
-            ZCatalog.catalog_object = lambda self, *args, **kw: None
+            from plone_connector.catalog.tool import ServiceCatalogTool
+
+            def extract(self, obj, uid=None, idxs=None, update_metadata=1, pghandler=None):
+                ServiceCatalogTool._extract(self, obj, idxs, update_metadata)
+
+            ZCatalog.catalog_object = extract if extract_only else (lambda self, *args, **kw: None)
             ZCatalog.uncatalog_object = lambda self, *args, **kw: None
         if connector:
             from plone_connector.catalog import batch, client
@@ -385,19 +392,30 @@ def _service_counts(connector: bool) -> tuple[int, int]:
 
 def run(config: dict) -> dict:
     kind, connector = config["storage"], config["catalog"] == "connector"
-    no_catalog = config["catalog"] == "none"
+    no_catalog = config["catalog"] in ("none", "extract")
     blob_dir = config.get("blob_dir") or tempfile.mkdtemp(prefix="plone-bench-blobs-")
     began = time.perf_counter()
     set_up(kind, config["target"], connector, blob_dir)
     out = {"setup_s": time.perf_counter() - began}
     sizes = config["docs"]
     create_folders()
-    catalog_time.install(connector, no_op=no_catalog)
+    catalog_time.install(connector, no_op=config["catalog"] == "none", extract_only=config["catalog"] == "extract")
     out["create"], out["create_catalog"] = {}, {}
     done = 0
     for size in sizes:
         catalog_time.take()
-        out["create"][size] = create_documents(done, size)
+        if os.environ.get("PLONE_BENCH_PROFILE") == "create":  # cProfile the creation too
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            out["create"][size] = profiler.runcall(create_documents, done, size)
+            print(f"-- profile of creating documents {done + 1}-{size} (catalog={config['catalog']})")
+            stats = pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative")
+            stats.print_stats(60)
+            stats.print_callers("catalog_object|_extract")
+        else:
+            out["create"][size] = create_documents(done, size)
         seconds, calls = catalog_time.take()
         out["create_catalog"][size] = {"ms": seconds * 1000 / (size - done), "calls": calls / (size - done)}
         done = size
