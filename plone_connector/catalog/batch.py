@@ -3,7 +3,7 @@
 The batch collects the entries the indexing queue produces. It is staged in the service while the
 ZODB storages store and vote, and ``tpc_vote`` waits for that (a failure fails the vote, so ZODB
 commits nothing and the user sees the error); after ``tpc_finish`` of the ZODB storages it is
-committed, in the background; on abort it is discarded. Its id goes into
+committed, before the commit returns; on abort it is discarded. Its id goes into
 ``transaction.extension["catalog_batch_ids"]`` as soon as the transaction has catalog changes, so a
 storage that records it lets the service resolve a batch a crash left staged.
 
@@ -212,12 +212,9 @@ class BatchDataManager:
         # ZODB has committed: from here on the batch is never ours to abort (the transaction
         # calls abort() on every resource again after its after-commit hooks ran).
         batch.staged = False
-        # In the background: the user's request goes on, and this process's next request to the
-        # service waits for it (client.settle).
-        try:
-            client_module.in_background(_commit, self.client, batch.catalog_id, batch.batch_id)
-        except RuntimeError:  # the interpreter is shutting down: no new threads
-            _commit(self.client, batch.catalog_id, batch.batch_id)
+        # Not in the background: when the commit returns, every later query sees the batch, also
+        # one that another program sends to the service (read-your-writes, ARCHITECTURE.md).
+        _commit(self.client, batch.catalog_id, batch.batch_id)
 
     def tpc_abort(self, txn):
         self._discard(txn)

@@ -3,10 +3,10 @@
 Only idempotent calls are retried: queries, reads, staging (the same batch id replaces the staged
 batch), commit and abort (both idempotent by contract). Creating a catalog is not retried.
 
-Some requests are sent in the background (``in_background``: staging while ZODB votes, committing
-after it finished), by one thread per process in the order they were handed over. Every other
-request waits for those first (``settle``), so a process's requests reach the service in the
-order its transactions made them.
+Some requests are sent in the background (``in_background``: staging while the ZODB storages store
+and vote), by one thread per process in the order they were handed over. Every other request
+waits for those first (``settle``), so a process's requests reach the service in the order its
+transactions made them.
 """
 
 from __future__ import annotations

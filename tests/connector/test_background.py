@@ -1,8 +1,7 @@
-"""Batch requests sent in the background: staging while ZODB votes, committing after it finished.
+"""The stage sent in the background while ZODB votes, the commit sent before the commit returns.
 
 A transaction's stage goes to the process's background thread at tpc_begin and tpc_vote waits for
-it; its commit goes there after tpc_finish. Every other request of the process waits for the
-requests in flight first (client.settle), so the process reads its own writes at once.
+it. Every other request of the process waits for that thread's requests first (client.settle).
 """
 
 from __future__ import annotations
@@ -14,9 +13,9 @@ import pytest
 import transaction
 from plone import api
 
+from catalog_schemas.api import SearchRequest
 from plone_connector.catalog import client as client_module
 from plone_connector.catalog.client import CatalogClient
-from plone_connector.catalog.committed import batch_watch
 from plone_connector.catalog.errors import CatalogServiceError, ServiceUnavailable
 from plone_connector.catalog.verify import verify
 from tests.connector.sites import CONNECTED, on_site
@@ -55,17 +54,17 @@ class Recorded:
         monkeypatch.setattr(CatalogClient, name, call)
 
 
-def test_a_process_reads_its_own_commit_at_once(remove_created, monkeypatch):
-    commits = Recorded(monkeypatch, "commit_batch", delay=0.3)  # a slow service
+def test_a_commit_is_visible_to_every_query_when_it_returns(remove_created, monkeypatch):
+    """Read-your-writes for programs that ask the service directly (no after_batch to wait for):
+    the batch is committed before transaction.commit() returns, even with a slow service."""
+    commits = Recorded(monkeypatch, "commit_batch", delay=0.3)
     with on_site(CONNECTED) as site:
         api.content.create(container=site, type="Document", id="bg-commit", title="Background")
-    # transaction.commit() returned before the service committed; the next query of this process
-    # waited for that commit instead of getting an incomplete answer.
-    incomplete = batch_watch.incomplete_answers
-    with on_site(CONNECTED, commit=False) as site:
-        assert paths(site, id="bg-commit") == ["/conn/bg-commit"]
-    assert batch_watch.incomplete_answers == incomplete
-    assert commits.threads and all(t.startswith("catalog-batches") for t in commits.threads)
+        catalog_id = site.portal_catalog.catalog_id()
+    answer = client_module.get_client().search(
+        catalog_id, SearchRequest(query={"id": "bg-commit"}, metadata=[]), None, unrestricted=True)
+    assert [item["path"] for item in answer.items] == ["/conn/bg-commit"]
+    assert commits.threads and not any(t.startswith("catalog-batches") for t in commits.threads)
 
 
 def test_staging_runs_beside_the_storages_vote(remove_created, monkeypatch):

@@ -12,7 +12,6 @@ from plone import api
 from ZODB import DB
 from ZODB.FileStorage import FileStorage
 
-from plone_connector.catalog import client as client_module
 from plone_connector.catalog import committed
 from plone_connector.catalog.cache import query_cache
 from plone_connector.catalog.client import CatalogClient
@@ -36,21 +35,13 @@ def remove_created(plone_sites):
 
 
 class HeldCommits:
-    """Holds the service commit of batches (after ZODB committed) until released.
-
-    The readers of these tests stand for other Zope processes: a process's own requests wait for
-    the commits it sends in the background (client.settle), another process's do not. So readers
-    do not settle here; ``settled`` waits for the held commit once it is released.
-    """
+    """Holds the service commit of batches (after ZODB committed) until released."""
 
     def __init__(self, monkeypatch):
-        client_module.settle()  # earlier tests' background requests are not the ones held here
         self.real_commit = CatalogClient.commit_batch
-        self.real_settle = client_module.settle
         self.holding = threading.Event()
         self.release = threading.Event()
         held = self
-        monkeypatch.setattr(client_module, "settle", lambda: None)
 
         def commit(client, catalog_id, batch_id):
             held.holding.set()
@@ -58,10 +49,6 @@ class HeldCommits:
             return held.real_commit(client, catalog_id, batch_id)
 
         monkeypatch.setattr(CatalogClient, "commit_batch", commit)
-
-    def settled(self) -> None:
-        self.release.set()
-        self.real_settle()
 
 
 def create_in_thread(doc_id: str) -> threading.Thread:
@@ -95,7 +82,7 @@ def test_answer_before_the_service_commit_is_not_cached(remove_created, monkeypa
             assert batch_watch.waits == waits
         assert batch_watch.incomplete_answers == incomplete + 2
     finally:
-        held.settled()
+        held.release.set()
         writer.join(30)
     with on_site(CONNECTED, commit=False) as site:
         assert site.portal_catalog.getCounter() == counter  # the same cache key as above
@@ -117,7 +104,7 @@ def test_read_your_writes_across_connections_waits_for_the_commit(remove_created
             assert paths(site, id="race-waited") == ["/conn/race-waited"]
             assert query_cache.hits == hits + 1  # the complete answer was cached
     finally:
-        held.settled()
+        held.release.set()
         writer.join(30)
     assert batch_watch.waits > 0
 
