@@ -7,11 +7,9 @@ committed, before the commit returns; on abort it is discarded. Its id goes into
 ``transaction.extension["catalog_batch_ids"]`` as soon as the transaction has catalog changes, so a
 storage that records it lets the service resolve a batch a crash left staged.
 
-Background requests go through the client's one thread per process, in the order they were
-handed over, and every other request of the process waits for them first (``client.settle``): a
-transaction's commit reaches the service before anything this process sends afterwards, so the
-process always reads its own writes. Other processes see the commit once the service has it; until then their queries
-wait for the batch the ZODB counter names (``committed.py``).
+The staging goes through the client's background thread (one per process), and every other
+request of the process waits for that thread's requests first (``client.settle``), so requests
+reach the service in the order this process's transactions made them.
 """
 
 from __future__ import annotations

@@ -119,3 +119,19 @@ def on_site(name: str, user: str | None = "manager", commit: bool = True):
         finally:
             plone_logout()
             setSite(None)
+
+
+def catalog_paths(site, **query) -> list[str]:
+    """The sorted paths an unrestricted catalog query of ``site`` answers."""
+    return sorted(b.getPath() for b in site.portal_catalog.unrestrictedSearchResults(**query))
+
+
+def delete_from(name: str, *ids: str) -> None:
+    """Delete the objects ``ids`` of site ``name`` that exist. Other test modules compare the two
+    sites, so tests that create extra content remove it afterwards."""
+    from plone import api
+
+    with on_site(name) as site:
+        for object_id in ids:
+            if object_id in site:
+                api.content.delete(site[object_id])

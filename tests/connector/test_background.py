@@ -18,22 +18,17 @@ from plone_connector.catalog import client as client_module
 from plone_connector.catalog.client import CatalogClient
 from plone_connector.catalog.errors import CatalogServiceError, ServiceUnavailable
 from plone_connector.catalog.verify import verify
-from tests.connector.sites import CONNECTED, on_site
+from tests.connector.sites import CONNECTED, delete_from, on_site
+from tests.connector.sites import catalog_paths as paths
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
 
-
-def paths(site, **query):
-    return sorted(b.getPath() for b in site.portal_catalog.unrestrictedSearchResults(**query))
 
 
 @pytest.fixture
 def remove_created(plone_sites):
     yield
-    with on_site(CONNECTED) as site:
-        for doc_id in ("bg-commit", "bg-stage", "bg-late"):
-            if doc_id in site:
-                api.content.delete(site[doc_id])
+    delete_from(CONNECTED, "bg-commit", "bg-stage", "bg-late")
 
 
 class Recorded:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import signal
 import threading
-import time
 
 from plone_connector.catalog import client
+from tests.e2e import forking
 
 
 def test_background_requests_run_in_order_and_settle_waits_for_them():
@@ -30,26 +29,15 @@ def test_background_requests_run_in_order_and_settle_waits_for_them():
 def test_a_forked_process_does_not_wait_for_its_parents_background_requests():
     gate = threading.Event()
     client.in_background(gate.wait, 30)  # in flight in the parent while it forks
-    pid = os.fork()
-    if pid == 0:  # the child: settle must not wait for the parent's thread, which is not here
-        signal.alarm(15)  # a hung child dies on its own
-        code = 1
-        try:
-            client.settle()
-            code = 0 if client.in_background(lambda: 42).result(timeout=10) == 42 else 2
-        finally:
-            os._exit(code)
+
+    def child(report_fd: int) -> None:
+        # settle must not wait for the parent's thread, which is not in the child.
+        client.settle()
+        assert client.in_background(lambda: 42).result(timeout=10) == 42
+
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            finished, status = os.waitpid(pid, os.WNOHANG)
-            if finished:
-                break
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                raise AssertionError("the forked process hung waiting for its parent's thread")
-            time.sleep(0.05)
+        pid, read_fd = forking.start(child)
+        status, _ = forking.finish(pid, read_fd, timeout=20)  # a hung child is killed and fails
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         gate.set()

@@ -17,21 +17,15 @@ from plone_connector.catalog.cache import query_cache
 from plone_connector.catalog.client import CatalogClient
 from plone_connector.catalog.committed import CatalogBatchMark, batch_watch
 from plone_connector.catalog.verify import verify
-from tests.connector.sites import CONNECTED, on_site
-
-
-def paths(site, **query):
-    return sorted(b.getPath() for b in site.portal_catalog.unrestrictedSearchResults(**query))
+from tests.connector.sites import CONNECTED, delete_from, on_site
+from tests.connector.sites import catalog_paths as paths
 
 
 @pytest.fixture
 def remove_created(plone_sites):
     """Other test modules compare this site with the stock one: leave no extra content behind."""
     yield
-    with on_site(CONNECTED) as site:
-        for doc_id in ("race-cached", "race-waited"):
-            if doc_id in site:
-                api.content.delete(site[doc_id])
+    delete_from(CONNECTED, "race-cached", "race-waited")
 
 
 class HeldCommits:

@@ -10,6 +10,7 @@ from plone_connector.catalog import batch as batch_module
 from plone_connector.catalog.errors import CatalogServiceError, ServiceUnavailable
 from plone_connector.catalog.verify import verify
 from tests.connector.sites import CONNECTED, on_site
+from tests.connector.sites import catalog_paths as paths
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
 
@@ -24,9 +25,6 @@ def clean_baseline(plone_sites, catalog_service):
     with on_site(CONNECTED) as site:
         assert verify(site).clean
 
-
-def paths(site, **query):
-    return sorted(b.getPath() for b in site.portal_catalog.unrestrictedSearchResults(**query))
 
 
 def test_service_down_at_commit_aborts_the_transaction(plone_sites, catalog_service):

@@ -82,21 +82,25 @@ def _recurring(catalog: Catalog, entry) -> bool:
     return any(isinstance(catalog.schema.indexes.get(name), DateRecurringIndex) for name in values)
 
 
-@router.post("/{batch_id}/commit", response_model=BatchResult, openapi_extra=HEADERS)
-async def commit_batch(name: str, batch_id: str, request: Request):
-    async with request.app.state.db.acquire() as conn:
+async def _settle(request: Request, name: str, batch_id: str, outcome: str) -> Response:
+    """Commit or abort a staged batch, in one transaction on the request's connection."""
+    db = request.app.state.db
+    async with db.acquire() as conn:
         catalog, _ = await _writable(conn, request, name)
         async with conn.transaction():
-            result = await batches.commit(conn, catalog, batch_id)
-    BATCHES.labels(name, "committed").inc()
-    return _answer(await with_lsn(request.app.state.db, result))
+            if outcome == "committed":
+                result = await batches.commit(conn, catalog, batch_id)
+            else:
+                result = await batches.abort(conn, catalog, batch_id)
+    BATCHES.labels(name, outcome).inc()
+    return _answer(await with_lsn(db, result) if outcome == "committed" else result)
+
+
+@router.post("/{batch_id}/commit", response_model=BatchResult, openapi_extra=HEADERS)
+async def commit_batch(name: str, batch_id: str, request: Request):
+    return await _settle(request, name, batch_id, "committed")
 
 
 @router.post("/{batch_id}/abort", response_model=BatchResult, openapi_extra=HEADERS)
 async def abort_batch(name: str, batch_id: str, request: Request):
-    async with request.app.state.db.acquire() as conn:
-        catalog, _ = await _writable(conn, request, name)
-        async with conn.transaction():
-            result = await batches.abort(conn, catalog, batch_id)
-    BATCHES.labels(name, "aborted").inc()
-    return _answer(result)
+    return await _settle(request, name, batch_id, "aborted")

@@ -29,10 +29,6 @@ def limits_of(s: Settings) -> Limits:
                   max_text_length=s.max_text_length, max_query_terms=s.max_query_terms)
 
 
-async def limits(request: Request) -> Limits:
-    return limits_for(request)
-
-
 def limits_for(request: Request) -> Limits:
     state = request.app.state
     lim = getattr(state, "limits", None)

@@ -43,8 +43,10 @@ async def _search_on(conn, request: Request, name: str, body: SearchRequest, cre
             refresh = True
 
 
-async def run_search(request: Request, name: str, body: SearchRequest, cred: Credential, lim: Limits) -> Response:
+async def run_search(request: Request, name: str, body: SearchRequest) -> Response:
+    """Answer a search for the caller that the request's headers name."""
     state = request.app.state
+    cred, lim = credential_of(request.headers), limits_for(request)
     pool, conn = await state.db.acquire_read(request.headers.get("x-catalog-min-lsn"))
     try:
         answer = await _search_on(conn, request, name, body, cred, lim)
@@ -58,22 +60,20 @@ async def run_search(request: Request, name: str, body: SearchRequest, cred: Cre
     return Response(answer.body, media_type="application/json")
 
 
-# The two POST searches are the hot path: they read their headers and body themselves (see
-# deps.read_body), which takes a good part of FastAPI's per-request work off a short query. The
-# headers they read are those of ``deps.credential``; the body is described for OpenAPI.
-
-
+# The searches are the hot path: they read their headers and body themselves (deps.read_body,
+# deps.credential_of), which takes a good part of FastAPI's per-request work off a short query;
+# openapi_extra describes both.
 @router.post("/catalogs/{name}/query", response_model=SearchResult,
              openapi_extra={**body_schema(SearchRequest), **HEADERS})
 async def query_catalog(name: str, request: Request):
     body = await read_body(request, SearchRequest)
-    return await run_search(request, name, body, credential_of(request.headers), limits_for(request))
+    return await run_search(request, name, body)
 
 
 @router.post("/search", response_model=SearchResult, openapi_extra={**body_schema(SearchRequest), **HEADERS})
 async def search_post(request: Request, catalog: str):
     body = await read_body(request, SearchRequest)
-    return await run_search(request, catalog, body, credential_of(request.headers), limits_for(request))
+    return await run_search(request, catalog, body)
 
 
 @router.get("/search", response_model=SearchResult, openapi_extra=HEADERS)
@@ -102,4 +102,4 @@ async def search_get(request: Request, catalog: str):
         )
     except ValueError as exc:
         raise BadRequest("b_start and b_size must be integers") from exc
-    return await run_search(request, catalog, body, credential_of(request.headers), limits_for(request))
+    return await run_search(request, catalog, body)

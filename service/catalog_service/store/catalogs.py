@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 # conditions. Rows are kept uncompressed and inline up to a page instead (about 8x faster scans of
 # Plone-sized rows, at a larger heap); larger rows are still compressed, with lz4 where the server
 # has it.
+TOAST_TARGET_OPTION = "toast_tuple_target=8160"
 # The (quoted) name in an index's "create index if not exists <name> on ..." statement.
 _CREATED_INDEX = re.compile(r'create index if not exists ("(?:[^"]|"")*"|\S+) on ')
-TOAST_TARGET_OPTION = "toast_tuple_target=8160"
 
 
 async def _tune_partition(conn: asyncpg.Connection, table: str) -> None:
@@ -235,25 +235,29 @@ class CatalogRegistry:
             options = await conn.fetchval("select reloptions from pg_class where relname = $1", catalog.table)
             if TOAST_TARGET_OPTION not in (options or []):
                 await _tune_partition(conn, catalog.table)
+            wanted = []  # (index, statement, quoted name) of every SQL index this version declares
             for index in catalog.schema.indexes.values():
                 for statement in index.ddl(catalog.table):
                     if statement.startswith("create statistics"):
                         await conn.execute(statement)
-                        continue
-                    name = _CREATED_INDEX.match(statement).group(1)
-                    if await conn.fetchval("select to_regclass($1) is not null", name):
-                        continue
-                    if not build_indexes:
-                        missing.append(f"{catalog.name}: {name}")
-                        continue
-                    began = time.monotonic()
-                    await conn.execute(statement.replace("create index if not exists",
-                                                         "create index concurrently if not exists", 1))
-                    for suffix in index.superseded:
-                        await conn.execute(f"drop index concurrently if exists "
-                                           f"{index_ident(catalog.table, index.name, suffix)}")
-                    if progress is not None:
-                        progress(f"{catalog.name}: built {name} in {time.monotonic() - began:.1f} s")
+                    else:
+                        wanted.append((index, statement, _CREATED_INDEX.match(statement).group(1)))
+            absent = set(await conn.fetchval("select coalesce(array_agg(n), '{}') from unnest($1::text[]) n "
+                                             "where to_regclass(n) is null", [name for _, _, name in wanted]))
+            for index, statement, name in wanted:
+                if name not in absent:
+                    continue
+                if not build_indexes:
+                    missing.append(f"{catalog.name}: {name}")
+                    continue
+                began = time.monotonic()
+                await conn.execute(statement.replace("create index if not exists",
+                                                     "create index concurrently if not exists", 1))
+                for suffix in index.superseded:
+                    await conn.execute(f"drop index concurrently if exists "
+                                       f"{index_ident(catalog.table, index.name, suffix)}")
+                if progress is not None:
+                    progress(f"{catalog.name}: built {name} in {time.monotonic() - began:.1f} s")
         if missing:
             log.warning("catalog indexes of this version are missing (run `catalog-service migrate` to build "
                         "them): %s", ", ".join(missing))
