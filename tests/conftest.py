@@ -28,6 +28,8 @@ def live_service(database_url):
     """The catalog service over HTTP: a real uvicorn process on the session's database."""
     from tests.live import start_service
 
-    service = start_service(database_url)
+    # Relevance pages cut the score cells as low as the service allows, so that the small catalogs
+    # of the tests exercise the cut and its check (docs/decisions/0007), not only "every cell".
+    service = start_service(database_url, extra_env={"CATALOG_RELEVANCE_CANDIDATES": "1"})
     yield service
     service.stop()

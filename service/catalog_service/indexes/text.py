@@ -89,6 +89,38 @@ class ZCTextIndex(Index):
         }
         return self._score(parse_query(text), ctx, env)
 
+    def best_cells(self, q: IndexQuery, ctx: QueryContext, want: str) -> tuple[str, str] | None:
+        """For a one-word query: SQL for the cells that can hold its best documents.
+
+        Returns ``(cells, bound)``. ``cells`` is a query of the word's cells: their key as
+        ``catalog_text_cells`` writes it (``token``), their number of documents (``n``) and the
+        range of their documents' scores (``upper``, ``lower``). ``bound`` is an expression over
+        the result of ``cells`` named ``cell``: the highest score such that the cells whose every
+        document scores at least that much hold ``want`` documents or more, or null when the word
+        has fewer documents than that. Every document scoring ``bound`` or more has one of the
+        cells whose ``upper`` is at least ``bound`` (docs/decisions/0007)."""
+        text = " ".join(q.keys)
+        if not text or not isinstance(node := parse_query(text), Atom):
+            return None
+        p = ctx.params
+        cat = p.add(ctx.catalog_id, "integer")
+        word = p.add(node.word, "text")
+        stats = f"from catalog_text_stats st where st.catalog_id = {cat} and st.index_name = {self.key}"
+        n = f"(select st.docs {stats})"
+        mean = f"(select st.words::float8 / nullif(st.docs, 0) {stats})"
+        df = (f"(select l.df from catalog_lexicon l where l.catalog_id = {cat} and l.index_name = {self.key} "
+              f"and l.word = {word})")
+        # The lexicon's words are "C"-collated; the index holds the cells in the default collation,
+        # and an array of another collation cannot use it.
+        cells = (f"select (x.fb || ':' || x.lb || ':' || x.word) collate \"default\" as token, x.n, "
+                 f"catalog_okapi(catalog_text_bucket_hi(x.fb), catalog_text_bucket_lo(x.lb), {n}, {df}, {mean}) as upper, "
+                 f"catalog_okapi(catalog_text_bucket_lo(x.fb), catalog_text_bucket_hi(x.lb), {n}, {df}, {mean}) as lower "
+                 f"from catalog_text_cell x where x.catalog_id = {cat} and x.index_name = {self.key} "
+                 f"and x.word = {word}")
+        bound = (f"(select c.lower from (select lower, sum(n) over (order by lower desc) as reach from cell) c "
+                 f"where c.reach >= {want} order by c.lower desc limit 1)")
+        return cells, bound
+
     def _word_score(self, word_sql: str, df_sql: str, env: dict) -> str:
         return (f"catalog_okapi(catalog_word_count({self.json}, {word_sql}), {env['len']}, {env['n']}, "
                 f"{df_sql}, {env['mean']})")
@@ -138,6 +170,13 @@ class ZCTextIndex(Index):
                 f"{p.add(ctx.catalog_id, 'integer')} and l.index_name = {self.key} and "
                 f"{' and '.join(bounds)})")
 
+    def cells_sql(self, row: str | None = "o") -> str:
+        """The row's cells (``catalog_text_cells``), as the cells index holds them."""
+        column = "text" if row is None else f"{row}.text"
+        return f"catalog_text_cells({column}->{self.key})"
+
     def ddl(self, table: str) -> list[str]:
         return [f"create index if not exists {self.index_name(table, 't')} on {table} "
-                f"using gin ((text->{self.key}))"]
+                f"using gin ((text->{self.key}))",
+                f"create index if not exists {self.index_name(table, 'c')} on {table} "
+                f"using gin ({self.cells_sql(None)})"]

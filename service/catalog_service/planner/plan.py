@@ -43,6 +43,11 @@ class Limits:
     max_list_length: int = 1000
     max_text_length: int = 1000
     max_query_terms: int = 64
+    # Relevance order of a one-word text query from the best score cells (docs/decisions/0007):
+    # used for pages ending at most ``relevance_top`` results in (0: never), reading the cells
+    # that hold at least ``relevance_candidates`` documents plus four per result asked for.
+    relevance_top: int = 1000
+    relevance_candidates: int = 100
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,8 @@ def plan_search(
                        applied=application_order([n for n in applied if n in schema.indexes], schema),
                        visible=visible)
 
+    text_conditions: dict[str, str] = {}
+
     def conditions_of(name: str) -> list[str]:
         found = []
         if name in index_names:
@@ -248,6 +255,8 @@ def plan_search(
                 found.append(_principals_condition(iq, params))
             else:
                 found.append(index.condition(iq, ctx))
+                if isinstance(index, ZCTextIndex):
+                    text_conditions[name] = found[-1]
         if name == SECURITY_INDEX and principals_p is not None:
             found.append(principals_on("o"))
         if name == EFFECTIVE_INDEX and effective_p is not None:
@@ -283,6 +292,7 @@ def plan_search(
     count_sql = f"select count(*) from {source} o where {where}"
 
     score_sql = "null::integer"
+    scored: list[str] = []
     if not sort:
         # Without sort_on, a text query orders by relevance (ZCatalog: score, then higher rid).
         scores = []
@@ -292,6 +302,7 @@ def plan_search(
                 score = index.score(parse_index_query(query, index), ctx)
                 if score is not None:
                     scores.append(score)
+                    scored.append(name)
         if scores:
             score_sql = "(" + " + ".join(scores) + ")"
             order_terms.insert(0, "score desc")
@@ -324,8 +335,41 @@ def plan_search(
     sql = (f"select o.rid, o.uid, o.path, {meta_sql} as meta, {score_sql} as score "
            f"from {source} o where {where} order by {', '.join(order_terms)} "
            f"limit {limit_p} offset {offset_p}")
+    if len(scored) == 1 and not batch_ids and 0 < limit and start + limit <= limits.relevance_top:
+        index = schema.indexes[scored[0]]
+        want = f"({limit_p} + {offset_p}) * 4 + {params.add(limits.relevance_candidates, 'bigint')}"
+        cells = index.best_cells(parse_index_query(query, index), ctx, want)
+        if cells is not None:
+            sql = _from_best_cells(sql, cells, index.cells_sql(),
+                                   all_of([c for c in conditions if c != text_conditions[scored[0]]]),
+                                   source, meta_sql, score_sql, limit_p, offset_p)
     return SearchPlan(sql=sql, params=params.values, count_sql=count_sql,
                       b_start=start, b_size=size, empty=not applied, ignored=ignored)
+
+
+def _from_best_cells(sql: str, cells: tuple[str, str], row_cells: str, where: str, source: str,
+                     meta_sql: str, score_sql: str, limit_p: str, offset_p: str) -> str:
+    """The page of a one-word relevance query read from the word's best cells (decision 0007).
+
+    The best ``limit + offset`` documents among those in the cells that can score the bound or more
+    are the best of all when there are that many and the last scores the bound or more: every
+    document ranked before it scores at least as much, so it is in those cells. Otherwise (too
+    few visible documents there, or none of the bound) the whole query ``sql`` runs instead; the
+    check is an InitPlan, so only one of the two branches reads rows."""
+    cell_sql, bound = cells
+    return (
+        f"with cell as materialized ({cell_sql}), "
+        f"bound as materialized (select {bound} as score), "
+        f"best as materialized (select o.rid, o.uid, o.path, {meta_sql} as meta, {score_sql} as score "
+        f"from {source} o where {where} and {row_cells} && array(select c.token from cell c, bound b "
+        f"where b.score is null or c.upper >= b.score) "
+        f"order by score desc, o.rid desc limit {limit_p} + {offset_p}), "
+        f"settled as materialized (select (select score from bound) is null or "
+        f"((select count(*) from best) = {limit_p} + {offset_p} "
+        f"and (select min(score) from best) >= (select score from bound)) as ok) "
+        f"(select * from best where (select ok from settled) order by score desc, rid desc offset {offset_p}) "
+        f"union all (select * from ({sql}) q where not (select ok from settled))"
+    )
 
 
 def _principals_condition(iq: IndexQuery, params: Params) -> str:

@@ -9,6 +9,7 @@ per-object versions make an older change lose against a newer one.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,8 @@ from ..indexes import MISSING, BadValue
 from ..indexes.path import ExtendedPathIndex, components, normalise, parent_of
 from ..indexes.simple import DateRangeIndex
 from ..indexes.text import ZCTextIndex
-from .catalogs import Catalog
+from ..text.cells import cells
+from .catalogs import TEXT_TABLES, Catalog
 
 
 @dataclass
@@ -269,8 +271,8 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     if batch["clear"]:
         await conn.execute(f"delete from {table}")
         await conn.execute("delete from catalog_tombstone where catalog_id = $1", cat)
-        await conn.execute("delete from catalog_lexicon where catalog_id = $1", cat)
-        await conn.execute("delete from catalog_text_stats where catalog_id = $1", cat)
+        for table_name in TEXT_TABLES:
+            await conn.execute(f"delete from {table_name} where catalog_id = $1", cat)
 
     staged = f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2"
     text_indexes = [name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)]
@@ -311,10 +313,11 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     entries, profile = batch["entries"], batch["profile"]
     if text_indexes:
         applied_all = len(removed) + len(full) + len(partial) + len(new_partial) == entries
+        after = None
         if not before[0] and applied_all and profile is not None:
             # New objects only, all applied: the rows are exactly as staged.
             after = _profile_from_json(profile)
-        else:
+        if after is None:
             after = await _text_profile(conn, catalog, bid, text_indexes, rows)
         await _apply_text_delta(conn, cat, before, after)
     applied = len(removed) + len(full) + len(partial) + len(new_partial)
@@ -358,13 +361,15 @@ async def compare(conn: asyncpg.Connection, catalog: Catalog, changes: list[Chan
     return results
 
 
-TextProfile = tuple[dict[str, tuple[int, int]], dict[tuple[str, str], int]]
+# Per text index (documents, words); per cell (index, word, f bucket, len bucket) the number of
+# documents in it (text/cells.py). A word's document frequency is the sum over its cells.
+TextProfile = tuple[dict[str, tuple[int, int]], dict[tuple[str, str, int, int], int]]
 
 
 def _staged_profile(records: list[tuple], text_names: list[str]) -> dict:
     """The text profile of a batch's rows as staged (see _text_profile), kept with the batch."""
     docs: dict[str, list[int]] = {}
-    df: dict[str, dict[str, int]] = {}
+    counts: dict[str, Counter] = {}
     for record in records:
         if record[3] != "index":
             continue
@@ -375,24 +380,25 @@ def _staged_profile(records: list[tuple], text_names: list[str]) -> dict:
                 total = docs.setdefault(name, [0, 0])
                 total[0] += 1
                 total[1] += len(words)
-                counts = df.setdefault(name, {})
-                for word in set(words):
-                    counts[word] = counts.get(word, 0) + 1
-    return {"docs": docs, "df": df}
+                counts.setdefault(name, Counter()).update(cells(words))
+    return {"docs": docs, "cells": {name: [[w, fb, lb, n] for (fb, lb, w), n in found.items()]
+                                    for name, found in counts.items()}}
 
 
-def _profile_from_json(text: str) -> TextProfile:
+def _profile_from_json(text: str) -> TextProfile | None:
     data = orjson.loads(text)
+    if "cells" not in data:
+        return None  # staged by a version without cells: recount from the rows
     docs = {name: (d, w) for name, (d, w) in data["docs"].items()}
-    df = {(name, word): n for name, words in data["df"].items() for word, n in words.items()}
-    return docs, df
+    found = {(name, w, fb, lb): n for name, entries in data["cells"].items() for w, fb, lb, n in entries}
+    return docs, found
 
 
 async def _text_profile(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, names: list[str],
                         rows: str = STAGED) -> TextProfile:
-    """For the catalog rows of a batch's objects: per text index, (documents, words), and per
-    (index, word) the number of documents holding the word. Taken before and after a commit, the
-    difference updates the statistics Okapi relevance needs, without scanning the whole catalog."""
+    """For the catalog rows of a batch's objects: per text index, (documents, words), and the
+    documents per cell. Taken before and after a commit, the difference updates the statistics
+    Okapi relevance needs, without scanning the whole catalog."""
     source = (f"from {rows} s join {catalog.table} t on t.uid = s.uid, jsonb_each(t.text) e "
               f"where s.catalog_id = $1 and s.batch_id = $2 and e.key = any($3::text[]) "
               f"and jsonb_typeof(e.value) = 'array'")
@@ -405,20 +411,22 @@ async def _text_profile(conn: asyncpg.Connection, catalog: Catalog, batch_id: st
     if not docs:
         return docs, {}
     words = (f"from {rows} s join {catalog.table} t on t.uid = s.uid, jsonb_each(t.text) e, "
-             f"lateral (select distinct x from jsonb_array_elements_text(e.value) x) d(w) "
+             f"lateral (select x, count(*)::integer from jsonb_array_elements_text(e.value) x group by x) d(w, f) "
              f"where s.catalog_id = $1 and s.batch_id = $2 and e.key = any($3::text[]) "
              f"and jsonb_typeof(e.value) = 'array'")
-    df = {
-        (r["name"], r["word"]): r["n"]
-        for r in await conn.fetch(f"select e.key as name, d.w as word, count(*) as n {words} group by 1, 2",
-                                  catalog.id, batch_id, names)
+    found = {
+        (r["name"], r["word"], r["fb"], r["lb"]): r["n"]
+        for r in await conn.fetch(
+            f"select e.key as name, d.w as word, catalog_text_bucket(d.f) as fb, "
+            f"catalog_text_bucket(jsonb_array_length(e.value)) as lb, count(*) as n {words} group by 1, 2, 3, 4",
+            catalog.id, batch_id, names)
     }
-    return docs, df
+    return docs, found
 
 
 async def _apply_text_delta(conn: asyncpg.Connection, catalog_id: int, before: TextProfile,
                             after: TextProfile) -> None:
-    (docs_before, df_before), (docs_after, df_after) = before, after
+    (docs_before, cells_before), (docs_after, cells_after) = before, after
     names = sorted(set(docs_before) | set(docs_after))
     if names:
         await conn.execute(
@@ -429,14 +437,29 @@ async def _apply_text_delta(conn: asyncpg.Connection, catalog_id: int, before: T
             catalog_id, names,
             [docs_after.get(n, (0, 0))[0] - docs_before.get(n, (0, 0))[0] for n in names],
             [docs_after.get(n, (0, 0))[1] - docs_before.get(n, (0, 0))[1] for n in names])
-    keys = sorted(set(df_before) | set(df_after))
-    if keys:
+    delta = {k: cells_after.get(k, 0) - cells_before.get(k, 0) for k in set(cells_before) | set(cells_after)}
+    keys = sorted(k for k, d in delta.items() if d)
+    if not keys:
+        return
+    df: Counter = Counter()
+    for (name, word, fb, lb) in keys:
+        df[name, word] += delta[name, word, fb, lb]
+    # Sorted keys: two commits touching the same rows lock them in the same order (and the
+    # catalog's counter row serialises a catalog's commits anyway).
+    await conn.execute(
+        "insert into catalog_text_cell (catalog_id, index_name, word, fb, lb, n) "
+        "select $1, i, w, f, l, d from unnest($2::text[], $3::text[], $4::smallint[], $5::smallint[], $6::bigint[]) "
+        "as u(i, w, f, l, d) "
+        "on conflict (catalog_id, index_name, word, fb, lb) do update set n = catalog_text_cell.n + excluded.n",
+        catalog_id, [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], [k[3] for k in keys],
+        [delta[k] for k in keys])
+    words = sorted(k for k, d in df.items() if d)
+    if words:
         await conn.execute(
             "insert into catalog_lexicon (catalog_id, index_name, word, df) "
             "select $1, n, w, d from unnest($2::text[], $3::text[], $4::bigint[]) as u(n, w, d) "
             "on conflict (catalog_id, index_name, word) do update set df = catalog_lexicon.df + excluded.df",
-            catalog_id, [k[0] for k in keys], [k[1] for k in keys],
-            [df_after.get(k, 0) - df_before.get(k, 0) for k in keys])
+            catalog_id, [k[0] for k in words], [k[1] for k in words], [df[k] for k in words])
 
 
 async def abort(conn: asyncpg.Connection, catalog: Catalog, batch_id: str) -> BatchResult:

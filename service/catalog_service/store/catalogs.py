@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 # Plone-sized rows, at a larger heap); larger rows are still compressed, with lz4 where the server
 # has it.
 TOAST_TARGET_OPTION = "toast_tuple_target=8160"
+# A catalog's text statistics (lexicon, documents and words, score cells), emptied with its rows.
+TEXT_TABLES = ("catalog_lexicon", "catalog_text_stats", "catalog_text_cell")
 # The (quoted) name in an index's "create index if not exists <name> on ..." statement.
 _CREATED_INDEX = re.compile(r'create index if not exists ("(?:[^"]|"")*"|\S+) on ')
 
@@ -177,13 +179,13 @@ class CatalogRegistry:
                        or catalog.schema.indexes[d.name].decl != d]
             removed = list(update.remove_indexes) + [d.name for d in changed if d.name in catalog.schema.indexes]
             for name in removed:
-                for suffix in ("v", "g", "t", "p", "r", "pr"):
+                for suffix in ("v", "g", "t", "c", "p", "r", "pr"):
                     await conn.execute(f"drop index if exists {index_ident(table, name, suffix)}")
                 for suffix in STATISTICS_SUFFIXES:
                     await conn.execute(f"drop statistics if exists {index_ident(table, name, suffix)}")
                 await conn.execute(f"update {table} set idx = idx - $1::text, text = text - $1::text "
                                    f"where idx ? $1::text or text ? $1::text", name)
-                for table_name_ in ("catalog_lexicon", "catalog_text_stats"):
+                for table_name_ in TEXT_TABLES:
                     await conn.execute(f"delete from {table_name_} where catalog_id = $1 and index_name = $2",
                                        catalog.id, name)
             for name in update.remove_metadata:
@@ -206,16 +208,16 @@ class CatalogRegistry:
                 "update catalog set counter = counter + 1 where id = $1 returning counter", catalog.id)
             await conn.execute(f"delete from {catalog.table}")
             await conn.execute("delete from catalog_tombstone where catalog_id = $1", catalog.id)
-            await conn.execute("delete from catalog_lexicon where catalog_id = $1", catalog.id)
-            await conn.execute("delete from catalog_text_stats where catalog_id = $1", catalog.id)
+            for table_name in TEXT_TABLES:
+                await conn.execute(f"delete from {table_name} where catalog_id = $1", catalog.id)
         return counter
 
     async def drop(self, conn: asyncpg.Connection, catalog: Catalog) -> None:
         async with conn.transaction():
             await conn.execute(f"drop table if exists {catalog.table}")
             await conn.execute("delete from catalog_tombstone where catalog_id = $1", catalog.id)
-            await conn.execute("delete from catalog_lexicon where catalog_id = $1", catalog.id)
-            await conn.execute("delete from catalog_text_stats where catalog_id = $1", catalog.id)
+            for table_name in TEXT_TABLES:
+                await conn.execute(f"delete from {table_name} where catalog_id = $1", catalog.id)
             await conn.execute("delete from catalog_staged where catalog_id = $1", catalog.id)
             await conn.execute("delete from catalog where id = $1", catalog.id)
         self._cache.pop(catalog.name, None)

@@ -42,6 +42,11 @@ def server_settings(settings: Settings) -> dict[str, str]:
         "plan_cache_mode": "force_custom_plan",
         "statement_timeout": str(int(settings.statement_timeout * 1000)),
         "jit": "off",
+        # Starting parallel workers takes milliseconds, longer than most catalog queries run, and the
+        # planner cannot see how few rows an index condition on a computed array (the relevance
+        # cells, docs/decisions/0007) selects: at the default (1000) it ran a 300-row read in
+        # parallel, 12 ms instead of 2. Counts over hundreds of thousands of rows still go parallel.
+        "parallel_setup_cost": "10000",
         "work_mem": settings.work_mem,
         "application_name": "catalog-service",
     }
