@@ -335,7 +335,7 @@ def plan_search(
     sql = (f"select o.rid, o.uid, o.path, {meta_sql} as meta, {score_sql} as score "
            f"from {source} o where {where} order by {', '.join(order_terms)} "
            f"limit {limit_p} offset {offset_p}")
-    if len(scored) == 1 and not batch_ids and 0 < limit and start + limit <= limits.relevance_top:
+    if len(scored) == 1 and not batch_ids and limit > 0 and start + limit <= limits.relevance_top:
         index = schema.indexes[scored[0]]
         want = f"({limit_p} + {offset_p}) * 4 + {params.add(limits.relevance_candidates, 'bigint')}"
         cells = index.best_cells(parse_index_query(query, index), ctx, want)
