@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     max_body_size: int = Field(default=1 << 20, ge=1024)
     max_batch_body_size: int = Field(default=256 << 20, ge=1024)
     max_query_terms: int = 64
-    # A one-word text query in relevance order reads only the documents of the word's best score
+    # A SearchableText query in relevance order reads only the documents of its words' best score
     # cells (docs/decisions/0007) for pages ending at most this many results in (0: never) ...
     relevance_top: int = Field(default=1000, ge=0)
     # ... from cells holding at least this many documents, plus four per result asked for.

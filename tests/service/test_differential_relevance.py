@@ -1,7 +1,7 @@
 """Relevance pages read from score cells (docs/decisions/0007) against a real ZCatalog.
 
-A one-word text query without ``sort_on`` reads only the documents of the word's best cells when
-its page ends within ``CATALOG_RELEVANCE_TOP`` results. The tests' service reads as few cells as
+A text query without ``sort_on`` reads only the documents of its words' best cells when its page
+ends within ``CATALOG_RELEVANCE_TOP`` results. The tests' service reads as few cells as
 it may (``CATALOG_RELEVANCE_CANDIDATES=1``, tests/conftest.py), so that catalogs of tens of
 documents already cut the cells at a bound, and the check that the cut was deep enough decides
 between the cells' page and the whole query. Documents are long and short, repeat words many
@@ -22,6 +22,9 @@ from tests.service.strategies import INDEXES, METADATA, CatalogObject, query_to_
 
 WORDS = ["garden", "river", "café", "Cafe", "plone", "zope"]
 TYPES = ["Document", "News Item", "Folder"]
+# Globs (Plone's search form sends "word*") and trees: several scored words, phrases, Not.
+TREES = ["gard*", "caf*", "r*", "garden AND river", "garden OR zope", '"garden river"', "garden AND NOT river",
+         "ri* OR pl*", "plone AND z*"]
 
 
 @st.composite
@@ -59,7 +62,7 @@ def corpora(draw) -> tuple[list[CatalogObject], list[CatalogObject], list[str]]:
 
 @st.composite
 def queries(draw) -> dict:
-    query: dict = {"SearchableText": draw(st.sampled_from([*WORDS, "absent"])),
+    query: dict = {"SearchableText": draw(st.sampled_from([*WORDS, *TREES, "absent"])),
                    "b_size": draw(st.integers(1, 8)), "b_start": draw(st.sampled_from([0, 0, 1, 3, 10, 30]))}
     if draw(st.booleans()):
         query["portal_type"] = draw(st.sampled_from([TYPES[:1], TYPES[:2]]))

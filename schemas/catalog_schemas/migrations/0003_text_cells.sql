@@ -2,9 +2,10 @@
 --
 -- A word's Okapi score in a document depends only on how often the word occurs there (f) and on
 -- the document's length (len), besides per-word constants. Both are put in buckets of about 20%
--- width; one (word, f bucket, length bucket) is a "cell". A GIN index on each document's cells and
--- a count of the documents in each cell let a single-word query read only the documents of the
--- cells that can hold its best results.
+-- width; one (word, f bucket, length bucket) is a "cell". Each row keeps the cells of its
+-- SearchableText words next to them (text->'SearchableText#cells', written by the service), a GIN
+-- index on them (built per catalog by the service) and a count of the documents in each cell let
+-- a single-word query read only the documents of the cells that can hold its best results.
 
 -- Bucket b holds the integers from catalog_text_bucket_lo(b) to catalog_text_bucket_hi(b): exact
 -- up to 8, then each bound 1.2 times the one before (the Python side, catalog_service.text.cells,
@@ -26,9 +27,10 @@ language sql immutable parallel safe as $$
 $$;
 
 -- The cells of a word sequence (jsonb array of words), one per distinct word, as
--- 'f bucket:length bucket:word' (the word last: it may hold any character but whitespace).
--- Index expressions run with a restricted search_path (PostgreSQL 17 on), so this function calls
--- no other catalog_ function and repeats the bucket bounds.
+-- 'f bucket:length bucket:word' (the word last: it may hold any character but whitespace). The
+-- service computes the same in Python when it stores a row; this is for the rows stored before.
+-- It calls no other catalog_ function (PostgreSQL 17 on runs maintenance with a restricted
+-- search_path), so it repeats the bucket bounds.
 create function catalog_text_cells(words jsonb) returns text[]
 language sql immutable parallel safe as $$
     select case when jsonb_typeof(words) = 'array' then array(
@@ -49,11 +51,16 @@ create table catalog_text_cell (
     primary key (catalog_id, index_name, word, fb, lb)
 );
 
--- Catalogs made before this migration: count the cells of the rows they hold.
+-- Catalogs made before this migration: store the cells of the rows they hold, and count them.
+update catalog_object
+set text = text || jsonb_build_object('SearchableText#cells', to_jsonb(catalog_text_cells(text->'SearchableText')))
+where jsonb_typeof(text->'SearchableText') = 'array';
+
 insert into catalog_text_cell (catalog_id, index_name, word, fb, lb, n)
-select o.catalog_id, e.key, c.word, catalog_text_bucket(c.f), catalog_text_bucket(jsonb_array_length(e.value)), count(*)
+select o.catalog_id, 'SearchableText', c.word, catalog_text_bucket(c.f),
+       catalog_text_bucket(jsonb_array_length(o.text->'SearchableText')), count(*)
 from catalog_object o
-cross join lateral jsonb_each(o.text) e
-cross join lateral (select w, count(*)::integer from jsonb_array_elements_text(
-    case when jsonb_typeof(e.value) = 'array' then e.value else '[]' end) w group by w) c(word, f)
+cross join lateral (select w, count(*)::integer from jsonb_array_elements_text(o.text->'SearchableText') w
+                    group by w) c(word, f)
+where jsonb_typeof(o.text->'SearchableText') = 'array'
 group by 1, 2, 3, 4, 5;

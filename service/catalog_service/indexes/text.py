@@ -7,10 +7,12 @@ table); phrases are checked on the sequence itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import QueryError
-from ..planner.sql import all_of, any_of
+from ..planner.sql import all_of, any_of, quote_literal_name
 from ..text import And, Atom, Glob, Not, Or, Phrase, index_words, parse_query, text_values
 from .base import MISSING, BadValue, Index, IndexQuery, QueryContext
 
@@ -24,10 +26,57 @@ def _upper_bound(prefix: str) -> str | None:
     return None
 
 
+# Text indexes whose one-word relevance pages are read from score cells (docs/decisions/0007):
+# Plone's full-text search. Other text indexes are scored over all their matches.
+CELL_INDEXES = frozenset({"SearchableText"})
+# The key, in a row's `text` document, of an index's cells (index names are identifiers, so no
+# index is called this).
+CELLS_SUFFIX = "#cells"
+
+
+# A text query reads its best cells when it has at most this many scored words, none a glob that
+# matches more lexicon words than MAX_GLOB_CELL_WORDS; otherwise it is scored in full.
+MAX_CELL_LEAVES = 8
+MAX_GLOB_CELL_WORDS = 16
+CELL_READ_FACTOR = 25
+
+
+@dataclass(frozen=True)
+class BestCells:
+    """CTEs ``leaf``, ``cell`` (token, number, word, n, upper, lower) and ``bound`` (score, terms,
+    usable) of ``ZCTextIndex.best_cells``; the row's cells as SQL; whether having a cell of the
+    query's words is having a match (one word or one glob), so the text condition can go."""
+
+    ctes: str
+    row_cells: str
+    implies_match: bool
+
+
+def _scored_leaves(node):
+    """The words and globs of a text query whose scores add up to a document's score."""
+    match node:
+        case Atom() | Glob():
+            yield node
+        case Phrase(words):
+            yield from (Atom(word) for word in words)
+        case And(children) | Or(children):
+            for child in children:
+                if not isinstance(child, Not):
+                    yield from _scored_leaves(child)
+
+
 class ZCTextIndex(Index):
     type_name = "ZCTextIndex"
     query_options = ("query",)
     operators = ("or",)
+
+    @property
+    def has_cells(self) -> bool:
+        return self.name in CELL_INDEXES
+
+    @property
+    def cells_name(self) -> str:
+        return self.name + CELLS_SUFFIX
 
     # Word sequences live in the row's `text` document, not in `idx` (see 0001-catalog-storage).
     @property
@@ -89,37 +138,63 @@ class ZCTextIndex(Index):
         }
         return self._score(parse_query(text), ctx, env)
 
-    def best_cells(self, q: IndexQuery, ctx: QueryContext, want: str) -> tuple[str, str] | None:
-        """For a one-word query: SQL for the cells that can hold its best documents.
+    def best_cells(self, q: IndexQuery, ctx: QueryContext, want: Callable[[], str]) -> BestCells | None:
+        """SQL for the score cells that can hold the best documents of a text query.
 
-        Returns ``(cells, bound)``. ``cells`` is a query of the word's cells: their key as
-        ``catalog_text_cells`` writes it (``token``), their number of documents (``n``) and the
-        range of their documents' scores (``upper``, ``lower``). ``bound`` is an expression over
-        the result of ``cells`` named ``cell``: the highest score such that the cells whose every
-        document scores at least that much hold ``want`` documents or more, or null when the word
-        has fewer documents than that. Every document scoring ``bound`` or more has one of the
-        cells whose ``upper`` is at least ``bound`` (docs/decisions/0007)."""
+        A document's score is a sum of word scores, one per word of the query it holds (a glob
+        adds each lexicon word it matches; a phrase each of its words; ``Not`` adds nothing). If
+        the sum is at least ``B``, one of the ``m`` terms is at least ``B / m``, ``m`` being the
+        number of (query word, lexicon word) pairs with documents. So every document scoring ``B``
+        or more has a cell of one of those words whose highest score, times ``m``, is ``B`` or more.
+        ``B`` is the highest score such that the cells whose every document scores ``B`` or more
+        hold ``want()`` documents (docs/decisions/0007)."""
         text = " ".join(q.keys)
-        if not text or not isinstance(node := parse_query(text), Atom):
+        if not self.has_cells or not text:
+            return None
+        node = parse_query(text)
+        if not isinstance(node, Atom | Glob):
+            # Sums of several words' scores (And, Or, phrases) get only the bound B / m: measured
+            # at 1M demo objects, "garden OR museum" read so many cells that it took longer than
+            # scoring every match. The code below handles them, should a better bound come.
+            return None
+        leaves = list(_scored_leaves(node))
+        if not leaves or len(leaves) > MAX_CELL_LEAVES:
             return None
         p = ctx.params
         cat = p.add(ctx.catalog_id, "integer")
-        word = p.add(node.word, "text")
+        rows = []
+        for number, leaf in enumerate(leaves):
+            if isinstance(leaf, Atom):
+                rows.append(f"({number}, array[{p.add(leaf.word, 'text')}])")
+            else:
+                rows.append(f"({number}, {self._glob_words(leaf, ctx, limit=MAX_GLOB_CELL_WORDS + 1)})")
         stats = f"from catalog_text_stats st where st.catalog_id = {cat} and st.index_name = {self.key}"
         n = f"(select st.docs {stats})"
         mean = f"(select st.words::float8 / nullif(st.docs, 0) {stats})"
-        df = (f"(select l.df from catalog_lexicon l where l.catalog_id = {cat} and l.index_name = {self.key} "
-              f"and l.word = {word})")
-        # The lexicon's words are "C"-collated; the index holds the cells in the default collation,
-        # and an array of another collation cannot use it.
-        cells = (f"select (x.fb || ':' || x.lb || ':' || x.word) collate \"default\" as token, x.n, "
-                 f"catalog_okapi(catalog_text_bucket_hi(x.fb), catalog_text_bucket_lo(x.lb), {n}, {df}, {mean}) as upper, "
-                 f"catalog_okapi(catalog_text_bucket_lo(x.fb), catalog_text_bucket_hi(x.lb), {n}, {df}, {mean}) as lower "
-                 f"from catalog_text_cell x where x.catalog_id = {cat} and x.index_name = {self.key} "
-                 f"and x.word = {word}")
-        bound = (f"(select c.lower from (select lower, sum(n) over (order by lower desc) as reach from cell) c "
-                 f"where c.reach >= {want} order by c.lower desc limit 1)")
-        return cells, bound
+        # The lexicon's words are "C"-collated; the cells index holds default-collated strings.
+        cells = (f"select x.word, (x.fb || ':' || x.lb || ':' || x.word) collate \"default\" as token, "
+                 f"lf.number, x.n, "
+                 f"catalog_okapi(catalog_text_bucket_hi(x.fb), catalog_text_bucket_lo(x.lb), {n}, l.df, {mean}) as upper, "
+                 f"catalog_okapi(catalog_text_bucket_lo(x.fb), catalog_text_bucket_hi(x.lb), {n}, l.df, {mean}) as lower "
+                 f"from leaf lf cross join lateral unnest(lf.words) w(word) "
+                 f"join catalog_lexicon l on l.catalog_id = {cat} and l.index_name = {self.key} and l.word = w.word "
+                 f"join catalog_text_cell x on x.catalog_id = {cat} and x.index_name = {self.key} "
+                 f"and x.word = w.word")
+        usable = f"(select coalesce(bool_and(cardinality(words) <= {MAX_GLOB_CELL_WORDS}), false) from leaf)"
+        wanted = want()
+        score = (f"(select c.lower from (select lower, sum(n) over (order by lower desc) as reach from cell) c "
+                 f"where c.reach >= {wanted} order by c.lower desc limit 1)")
+        terms = "(select count(*) from (select distinct number, word from cell where n > 0) t)"
+        # The documents the cut would read; over CELL_READ_FACTOR times the wanted ones (a glob of
+        # many common words, whose bound B / m is low), scoring every match is cheaper.
+        read = ("(select coalesce(sum(c.n), 0) from cell c, bound0 b "
+                "where b.score is null or c.upper * b.terms >= b.score)")
+        ctes = (f"leaf as materialized (select * from (values {', '.join(rows)}) v(number, words)), "
+                f"cell as materialized ({cells} where {usable}), "
+                f"bound0 as materialized (select {score} as score, {terms} as terms), "
+                f"bound as materialized (select b.score, b.terms, {usable} and {read} <= {CELL_READ_FACTOR} * {wanted} "
+                f"as usable from bound0 b)")
+        return BestCells(ctes=ctes, row_cells=self.cells_sql(), implies_match=isinstance(node, Atom | Glob))
 
     def _word_score(self, word_sql: str, df_sql: str, env: dict) -> str:
         return (f"catalog_okapi(catalog_word_count({self.json}, {word_sql}), {env['len']}, {env['n']}, "
@@ -154,7 +229,7 @@ class ZCTextIndex(Index):
                 return "(" + " + ".join(self._score(c, ctx, env) for c in children) + ")"
         raise QueryError(f"unsupported text query node {node!r}")
 
-    def _glob_words(self, glob: Glob, ctx: QueryContext) -> str:
+    def _glob_words(self, glob: Glob, ctx: QueryContext, limit: int | None = None) -> str:
         p = ctx.params
         prefix = glob.prefix
         bounds = [f"l.word >= {p.add(prefix, 'text')}"]
@@ -168,15 +243,19 @@ class ZCTextIndex(Index):
             bounds.append(f"starts_with(l.word, {p.add(prefix, 'text')})")
         return (f"array(select l.word from catalog_lexicon l where l.catalog_id = "
                 f"{p.add(ctx.catalog_id, 'integer')} and l.index_name = {self.key} and "
-                f"{' and '.join(bounds)})")
+                f"{' and '.join(bounds)}{'' if limit is None else f' limit {int(limit)}'})")
 
     def cells_sql(self, row: str | None = "o") -> str:
-        """The row's cells (``catalog_text_cells``), as the cells index holds them."""
+        """The row's cells: a JSON array the batch code stores next to the words (text/cells.py),
+        as ``catalog_text_cells`` would compute them from the words."""
         column = "text" if row is None else f"{row}.text"
-        return f"catalog_text_cells({column}->{self.key})"
+        literal = quote_literal_name(self.name)  # a checked identifier, quoted
+        return f"({column}->'{literal[1:-1]}{CELLS_SUFFIX}')"
 
     def ddl(self, table: str) -> list[str]:
-        return [f"create index if not exists {self.index_name(table, 't')} on {table} "
-                f"using gin ((text->{self.key}))",
-                f"create index if not exists {self.index_name(table, 'c')} on {table} "
-                f"using gin ({self.cells_sql(None)})"]
+        found = [f"create index if not exists {self.index_name(table, 't')} on {table} "
+                 f"using gin ((text->{self.key}))"]
+        if self.has_cells:
+            found.append(f"create index if not exists {self.index_name(table, 'c')} on {table} "
+                         f"using gin ({self.cells_sql(None)})")
+        return found

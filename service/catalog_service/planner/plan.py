@@ -43,7 +43,7 @@ class Limits:
     max_list_length: int = 1000
     max_text_length: int = 1000
     max_query_terms: int = 64
-    # Relevance order of a one-word text query from the best score cells (docs/decisions/0007):
+    # Relevance order of a SearchableText query from its words' best score cells (decision 0007):
     # used for pages ending at most ``relevance_top`` results in (0: never), reading the cells
     # that hold at least ``relevance_candidates`` documents plus four per result asked for.
     relevance_top: int = 1000
@@ -337,36 +337,35 @@ def plan_search(
            f"limit {limit_p} offset {offset_p}")
     if len(scored) == 1 and not batch_ids and limit > 0 and start + limit <= limits.relevance_top:
         index = schema.indexes[scored[0]]
-        want = f"({limit_p} + {offset_p}) * 4 + {params.add(limits.relevance_candidates, 'bigint')}"
-        cells = index.best_cells(parse_index_query(query, index), ctx, want)
+        cells = index.best_cells(
+            parse_index_query(query, index), ctx,
+            lambda: f"({limit_p} + {offset_p}) * 4 + {params.add(limits.relevance_candidates, 'bigint')}")
         if cells is not None:
-            sql = _from_best_cells(sql, cells, index.cells_sql(),
-                                   all_of([c for c in conditions if c != text_conditions[scored[0]]]),
-                                   source, meta_sql, score_sql, limit_p, offset_p)
+            text_condition = text_conditions[scored[0]]
+            best_where = all_of([c for c in conditions if not (cells.implies_match and c == text_condition)])
+            sql = _from_best_cells(sql, cells, best_where, source, meta_sql, score_sql, limit_p, offset_p)
     return SearchPlan(sql=sql, params=params.values, count_sql=count_sql,
                       b_start=start, b_size=size, empty=not applied, ignored=ignored)
 
 
-def _from_best_cells(sql: str, cells: tuple[str, str], row_cells: str, where: str, source: str,
-                     meta_sql: str, score_sql: str, limit_p: str, offset_p: str) -> str:
-    """The page of a one-word relevance query read from the word's best cells (decision 0007).
+def _from_best_cells(sql: str, cells, where: str, source: str, meta_sql: str, score_sql: str,
+                     limit_p: str, offset_p: str) -> str:
+    """The page of a relevance query read from its words' best cells (docs/decisions/0007).
 
-    The best ``limit + offset`` documents among those in the cells that can score the bound or more
-    are the best of all when there are that many and the last scores the bound or more: every
-    document ranked before it scores at least as much, so it is in those cells. Otherwise (too
-    few visible documents there, or none of the bound) the whole query ``sql`` runs instead; the
+    The best ``limit + offset`` documents among those with a cell that can score the bound are the
+    best of all when there are that many and the last scores the bound or more: every document
+    ranked before it scores at least as much, so it has such a cell. Otherwise (too few matching
+    documents there, or a glob matching too many words) the whole query ``sql`` runs instead; the
     check is an InitPlan, so only one of the two branches reads rows."""
-    cell_sql, bound = cells
     return (
-        f"with cell as materialized ({cell_sql}), "
-        f"bound as materialized (select {bound} as score), "
+        f"with {cells.ctes}, "
         f"best as materialized (select o.rid, o.uid, o.path, {meta_sql} as meta, {score_sql} as score "
-        f"from {source} o where {where} and {row_cells} && array(select c.token from cell c, bound b "
-        f"where b.score is null or c.upper >= b.score) "
+        f"from {source} o where (select usable from bound) and {where} and {cells.row_cells} ?| "
+        f"array(select c.token from cell c, bound b where b.score is null or c.upper * b.terms >= b.score) "
         f"order by score desc, o.rid desc limit {limit_p} + {offset_p}), "
-        f"settled as materialized (select (select score from bound) is null or "
+        f"settled as materialized (select (select usable from bound) and ((select score from bound) is null or "
         f"((select count(*) from best) = {limit_p} + {offset_p} "
-        f"and (select min(score) from best) >= (select score from bound)) as ok) "
+        f"and (select min(score) from best) >= (select score from bound))) as ok) "
         f"(select * from best where (select ok from settled) order by score desc, rid desc offset {offset_p}) "
         f"union all (select * from ({sql}) q where not (select ok from settled))"
     )

@@ -22,7 +22,7 @@ from ..errors import BadRequest, Conflict, LimitExceeded, NotFound
 from ..indexes import MISSING, BadValue
 from ..indexes.path import ExtendedPathIndex, components, normalise, parent_of
 from ..indexes.simple import DateRangeIndex
-from ..indexes.text import ZCTextIndex
+from ..indexes.text import CELLS_SUFFIX, ZCTextIndex
 from ..text.cells import cells
 from .catalogs import TEXT_TABLES, Catalog
 
@@ -106,8 +106,15 @@ def _without(idx: dict[str, Any], names) -> dict[str, Any]:
     return {k: v for k, v in idx.items() if k not in names}
 
 
-def _only(idx: dict[str, Any], names) -> dict[str, Any]:
-    return {k: v for k, v in idx.items() if k in names}
+def _text_doc(idx: dict[str, Any], names, cell_names) -> dict[str, Any]:
+    """A row's ``text`` document: the word sequences of its text indexes, and the score cells of
+    those that have them (docs/decisions/0007)."""
+    doc = {k: v for k, v in idx.items() if k in names}
+    for name in cell_names:
+        words = doc.get(name)
+        if isinstance(words, list):
+            doc[name + CELLS_SUFFIX] = [f"{fb}:{lb}:{word}" for fb, lb, word in cells(words)]
+    return doc
 
 
 def _allowed(idx: dict[str, Any]) -> list[str]:
@@ -189,6 +196,7 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
                                   f"where uid = any($1::text[])", uids)
     }
     text_names = [name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)]
+    cell_names = [name for name in text_names if catalog.schema.indexes[name].has_cells]
     records = []
     for seq, change in enumerate(changes):
         if change.op == "unindex":
@@ -217,10 +225,11 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
             catalog.id, batch.batch_id, seq, "index", change.uid,
             old["rid"] if old is not None else None,
             change.path, parent_of(change.path), len(components(change.path)),
-            _allowed(idx), _dumps(_without(idx, text_names)), _dumps(_only(idx, text_names)), _dumps(meta),
+            _allowed(idx), _dumps(_without(idx, text_names)), _dumps(_text_doc(idx, text_names, cell_names)),
+            _dumps(meta),
             replaced,
             _dumps(_without(change.idx, text_names)) if partial else None,
-            _dumps(_only(change.idx, text_names)) if partial else None,
+            _dumps(_text_doc(change.idx, text_names, cell_names)) if partial else None,
             _dumps(change.meta) if partial else None,
             change.version,
         ))
@@ -233,7 +242,7 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
             records[i] = records[i][:5] + (row["rid"],) + records[i][6:]
     if text_names:
         await conn.execute("update catalog_batch set profile = $3 where catalog_id = $1 and batch_id = $2",
-                           catalog.id, batch.batch_id, _dumps(_staged_profile(records, text_names)))
+                           catalog.id, batch.batch_id, _dumps(_staged_profile(records, text_names, cell_names)))
     if records:
         schema_name, _, table_name = rows.rpartition(".")
         await conn.copy_records_to_table(
@@ -361,15 +370,16 @@ async def compare(conn: asyncpg.Connection, catalog: Catalog, changes: list[Chan
     return results
 
 
-# Per text index (documents, words); per cell (index, word, f bucket, len bucket) the number of
-# documents in it (text/cells.py). A word's document frequency is the sum over its cells.
-TextProfile = tuple[dict[str, tuple[int, int]], dict[tuple[str, str, int, int], int]]
+# Per text index (documents, words); per (index, word) the documents holding the word; per cell
+# (index, word, f bucket, len bucket) of the indexes with cells, the documents in it.
+TextProfile = tuple[dict[str, tuple[int, int]], dict[tuple[str, str], int], dict[tuple[str, str, int, int], int]]
 
 
-def _staged_profile(records: list[tuple], text_names: list[str]) -> dict:
+def _staged_profile(records: list[tuple], text_names: list[str], cell_names: list[str]) -> dict:
     """The text profile of a batch's rows as staged (see _text_profile), kept with the batch."""
     docs: dict[str, list[int]] = {}
-    counts: dict[str, Counter] = {}
+    df: dict[str, Counter] = {}
+    found: dict[str, Counter] = {}
     for record in records:
         if record[3] != "index":
             continue
@@ -380,9 +390,14 @@ def _staged_profile(records: list[tuple], text_names: list[str]) -> dict:
                 total = docs.setdefault(name, [0, 0])
                 total[0] += 1
                 total[1] += len(words)
-                counts.setdefault(name, Counter()).update(cells(words))
-    return {"docs": docs, "cells": {name: [[w, fb, lb, n] for (fb, lb, w), n in found.items()]
-                                    for name, found in counts.items()}}
+                if name in cell_names:
+                    these = cells(words)
+                    found.setdefault(name, Counter()).update(these)
+                    df.setdefault(name, Counter()).update(w for _, _, w in these)
+                else:
+                    df.setdefault(name, Counter()).update(set(words))
+    return {"docs": docs, "df": df,
+            "cells": {name: [[w, fb, lb, n] for (fb, lb, w), n in counts.items()] for name, counts in found.items()}}
 
 
 def _profile_from_json(text: str) -> TextProfile | None:
@@ -390,15 +405,16 @@ def _profile_from_json(text: str) -> TextProfile | None:
     if "cells" not in data:
         return None  # staged by a version without cells: recount from the rows
     docs = {name: (d, w) for name, (d, w) in data["docs"].items()}
+    df = {(name, word): n for name, words in data["df"].items() for word, n in words.items()}
     found = {(name, w, fb, lb): n for name, entries in data["cells"].items() for w, fb, lb, n in entries}
-    return docs, found
+    return docs, df, found
 
 
 async def _text_profile(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, names: list[str],
                         rows: str = STAGED) -> TextProfile:
-    """For the catalog rows of a batch's objects: per text index, (documents, words), and the
-    documents per cell. Taken before and after a commit, the difference updates the statistics
-    Okapi relevance needs, without scanning the whole catalog."""
+    """For the catalog rows of a batch's objects: per text index, (documents, words), the documents
+    holding each word and the documents per cell. Taken before and after a commit, the difference
+    updates the statistics Okapi relevance needs, without scanning the whole catalog."""
     source = (f"from {rows} s join {catalog.table} t on t.uid = s.uid, jsonb_each(t.text) e "
               f"where s.catalog_id = $1 and s.batch_id = $2 and e.key = any($3::text[]) "
               f"and jsonb_typeof(e.value) = 'array'")
@@ -409,24 +425,38 @@ async def _text_profile(conn: asyncpg.Connection, catalog: Catalog, batch_id: st
             catalog.id, batch_id, names)
     }
     if not docs:
-        return docs, {}
+        return docs, {}, {}
     words = (f"from {rows} s join {catalog.table} t on t.uid = s.uid, jsonb_each(t.text) e, "
              f"lateral (select x, count(*)::integer from jsonb_array_elements_text(e.value) x group by x) d(w, f) "
              f"where s.catalog_id = $1 and s.batch_id = $2 and e.key = any($3::text[]) "
              f"and jsonb_typeof(e.value) = 'array'")
-    found = {
-        (r["name"], r["word"], r["fb"], r["lb"]): r["n"]
-        for r in await conn.fetch(
+    cell_names = [name for name in names if catalog.schema.indexes[name].has_cells]
+    df: dict[tuple[str, str], int] = {}
+    found: dict[tuple[str, str, int, int], int] = {}
+    for r in await conn.fetch(
             f"select e.key as name, d.w as word, catalog_text_bucket(d.f) as fb, "
             f"catalog_text_bucket(jsonb_array_length(e.value)) as lb, count(*) as n {words} group by 1, 2, 3, 4",
-            catalog.id, batch_id, names)
-    }
-    return docs, found
+            catalog.id, batch_id, names):
+        df[r["name"], r["word"]] = df.get((r["name"], r["word"]), 0) + r["n"]
+        if r["name"] in cell_names:
+            found[r["name"], r["word"], r["fb"], r["lb"]] = r["n"]
+    return docs, df, found
+
+
+async def _upsert_deltas(conn: asyncpg.Connection, sql: str, catalog_id: int, before: dict, after: dict) -> None:
+    """Add ``after - before`` per key with ``sql`` (unnest of the key columns and the delta). Sorted
+    keys: two commits touching the same rows lock them in the same order (the catalog's counter
+    row serialises a catalog's commits anyway)."""
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
+    keys = sorted(k for k, d in delta.items() if d)
+    if keys:
+        await conn.execute(sql, catalog_id, *([list(column) for column in zip(*keys, strict=True)]),
+                           [delta[k] for k in keys])
 
 
 async def _apply_text_delta(conn: asyncpg.Connection, catalog_id: int, before: TextProfile,
                             after: TextProfile) -> None:
-    (docs_before, cells_before), (docs_after, cells_after) = before, after
+    (docs_before, df_before, cells_before), (docs_after, df_after, cells_after) = before, after
     names = sorted(set(docs_before) | set(docs_after))
     if names:
         await conn.execute(
@@ -437,29 +467,17 @@ async def _apply_text_delta(conn: asyncpg.Connection, catalog_id: int, before: T
             catalog_id, names,
             [docs_after.get(n, (0, 0))[0] - docs_before.get(n, (0, 0))[0] for n in names],
             [docs_after.get(n, (0, 0))[1] - docs_before.get(n, (0, 0))[1] for n in names])
-    delta = {k: cells_after.get(k, 0) - cells_before.get(k, 0) for k in set(cells_before) | set(cells_after)}
-    keys = sorted(k for k, d in delta.items() if d)
-    if not keys:
-        return
-    df: Counter = Counter()
-    for (name, word, fb, lb) in keys:
-        df[name, word] += delta[name, word, fb, lb]
-    # Sorted keys: two commits touching the same rows lock them in the same order (and the
-    # catalog's counter row serialises a catalog's commits anyway).
-    await conn.execute(
-        "insert into catalog_text_cell (catalog_id, index_name, word, fb, lb, n) "
-        "select $1, i, w, f, l, d from unnest($2::text[], $3::text[], $4::smallint[], $5::smallint[], $6::bigint[]) "
-        "as u(i, w, f, l, d) "
-        "on conflict (catalog_id, index_name, word, fb, lb) do update set n = catalog_text_cell.n + excluded.n",
-        catalog_id, [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], [k[3] for k in keys],
-        [delta[k] for k in keys])
-    words = sorted(k for k, d in df.items() if d)
-    if words:
-        await conn.execute(
-            "insert into catalog_lexicon (catalog_id, index_name, word, df) "
-            "select $1, n, w, d from unnest($2::text[], $3::text[], $4::bigint[]) as u(n, w, d) "
-            "on conflict (catalog_id, index_name, word) do update set df = catalog_lexicon.df + excluded.df",
-            catalog_id, [k[0] for k in words], [k[1] for k in words], [df[k] for k in words])
+    await _upsert_deltas(
+        conn, "insert into catalog_lexicon (catalog_id, index_name, word, df) "
+              "select $1, n, w, d from unnest($2::text[], $3::text[], $4::bigint[]) as u(n, w, d) "
+              "on conflict (catalog_id, index_name, word) do update set df = catalog_lexicon.df + excluded.df",
+        catalog_id, df_before, df_after)
+    await _upsert_deltas(
+        conn, "insert into catalog_text_cell (catalog_id, index_name, word, fb, lb, n) "
+              "select $1, i, w, f, l, d from unnest($2::text[], $3::text[], $4::smallint[], $5::smallint[], "
+              "$6::bigint[]) as u(i, w, f, l, d) "
+              "on conflict (catalog_id, index_name, word, fb, lb) do update set n = catalog_text_cell.n + excluded.n",
+        catalog_id, cells_before, cells_after)
 
 
 async def abort(conn: asyncpg.Connection, catalog: Catalog, batch_id: str) -> BatchResult:

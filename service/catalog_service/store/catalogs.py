@@ -19,6 +19,7 @@ from ..errors import BadRequest, Conflict, NotFound
 from ..indexes import make_index
 from ..indexes.base import index_ident
 from ..indexes.simple import STATISTICS_SUFFIXES
+from ..indexes.text import CELLS_SUFFIX
 from ..planner.plan import CatalogSchema
 
 log = logging.getLogger(__name__)
@@ -183,8 +184,8 @@ class CatalogRegistry:
                     await conn.execute(f"drop index if exists {index_ident(table, name, suffix)}")
                 for suffix in STATISTICS_SUFFIXES:
                     await conn.execute(f"drop statistics if exists {index_ident(table, name, suffix)}")
-                await conn.execute(f"update {table} set idx = idx - $1::text, text = text - $1::text "
-                                   f"where idx ? $1::text or text ? $1::text", name)
+                await conn.execute(f"update {table} set idx = idx - $1::text, text = text - $1::text - $2::text "
+                                   f"where idx ? $1::text or text ? $1::text", name, name + CELLS_SUFFIX)
                 for table_name_ in TEXT_TABLES:
                     await conn.execute(f"delete from {table_name_} where catalog_id = $1 and index_name = $2",
                                        catalog.id, name)
