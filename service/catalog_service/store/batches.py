@@ -106,14 +106,18 @@ def _without(idx: dict[str, Any], names) -> dict[str, Any]:
     return {k: v for k, v in idx.items() if k not in names}
 
 
-def _text_doc(idx: dict[str, Any], names, cell_names) -> dict[str, Any]:
+def _text_doc(idx: dict[str, Any], names, cell_names, profile: StagedProfile | None = None) -> dict[str, Any]:
     """A row's ``text`` document: the word sequences of its text indexes, and the score cells of
-    those that have them (docs/decisions/0007)."""
+    those that have them (docs/decisions/0007). Counted into ``profile`` when given."""
     doc = {k: v for k, v in idx.items() if k in names}
-    for name in cell_names:
-        words = doc.get(name)
-        if isinstance(words, list):
-            doc[name + CELLS_SUFFIX] = [f"{fb}:{lb}:{word}" for fb, lb, word in cells(words)]
+    for name, words in list(doc.items()):
+        if not isinstance(words, list):
+            continue
+        found = cells(words) if name in cell_names else None
+        if found is not None:
+            doc[name + CELLS_SUFFIX] = [f"{fb}:{lb}:{word}" for fb, lb, word in found]
+        if profile is not None:
+            profile.add(name, words, found)
     return doc
 
 
@@ -197,6 +201,7 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
     }
     text_names = [name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)]
     cell_names = [name for name in text_names if catalog.schema.indexes[name].has_cells]
+    profile = StagedProfile()
     records = []
     for seq, change in enumerate(changes):
         if change.op == "unindex":
@@ -225,7 +230,7 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
             catalog.id, batch.batch_id, seq, "index", change.uid,
             old["rid"] if old is not None else None,
             change.path, parent_of(change.path), len(components(change.path)),
-            _allowed(idx), _dumps(_without(idx, text_names)), _dumps(_text_doc(idx, text_names, cell_names)),
+            _allowed(idx), _dumps(_without(idx, text_names)), _dumps(_text_doc(idx, text_names, cell_names, profile)),
             _dumps(meta),
             replaced,
             _dumps(_without(change.idx, text_names)) if partial else None,
@@ -242,7 +247,7 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
             records[i] = records[i][:5] + (row["rid"],) + records[i][6:]
     if text_names:
         await conn.execute("update catalog_batch set profile = $3 where catalog_id = $1 and batch_id = $2",
-                           catalog.id, batch.batch_id, _dumps(_staged_profile(records, text_names, cell_names)))
+                           catalog.id, batch.batch_id, _dumps(profile.as_json()))
     if records:
         schema_name, _, table_name = rows.rpartition(".")
         await conn.copy_records_to_table(
@@ -375,29 +380,28 @@ async def compare(conn: asyncpg.Connection, catalog: Catalog, changes: list[Chan
 TextProfile = tuple[dict[str, tuple[int, int]], dict[tuple[str, str], int], dict[tuple[str, str, int, int], int]]
 
 
-def _staged_profile(records: list[tuple], text_names: list[str], cell_names: list[str]) -> dict:
+class StagedProfile:
     """The text profile of a batch's rows as staged (see _text_profile), kept with the batch."""
-    docs: dict[str, list[int]] = {}
-    df: dict[str, Counter] = {}
-    found: dict[str, Counter] = {}
-    for record in records:
-        if record[3] != "index":
-            continue
-        text = orjson.loads(record[11])
-        for name in text_names:
-            words = text.get(name)
-            if isinstance(words, list):
-                total = docs.setdefault(name, [0, 0])
-                total[0] += 1
-                total[1] += len(words)
-                if name in cell_names:
-                    these = cells(words)
-                    found.setdefault(name, Counter()).update(these)
-                    df.setdefault(name, Counter()).update(w for _, _, w in these)
-                else:
-                    df.setdefault(name, Counter()).update(set(words))
-    return {"docs": docs, "df": df,
-            "cells": {name: [[w, fb, lb, n] for (fb, lb, w), n in counts.items()] for name, counts in found.items()}}
+
+    def __init__(self) -> None:
+        self.docs: dict[str, list[int]] = {}
+        self.df: dict[str, Counter] = {}
+        self.cells: dict[str, Counter] = {}
+
+    def add(self, name: str, words: list[str], found: Counter | None) -> None:
+        total = self.docs.setdefault(name, [0, 0])
+        total[0] += 1
+        total[1] += len(words)
+        if found is not None:
+            self.cells.setdefault(name, Counter()).update(found)
+            self.df.setdefault(name, Counter()).update(w for _, _, w in found)
+        else:
+            self.df.setdefault(name, Counter()).update(set(words))
+
+    def as_json(self) -> dict:
+        return {"docs": self.docs, "df": self.df,
+                "cells": {name: [[w, fb, lb, n] for (fb, lb, w), n in counts.items()]
+                          for name, counts in self.cells.items()}}
 
 
 def _profile_from_json(text: str) -> TextProfile | None:
