@@ -222,3 +222,39 @@ def test_a_page_that_is_not_full_needs_no_count(dsn):
         assert (h.counts.hits, h.counts.misses) == (0, 0)
 
     run(dsn, body)
+
+
+def test_identical_misses_wait_for_one_count(dsn, monkeypatch):
+    """Concurrent identical queries that miss the cache run one count between them (a common
+    word's count over a large catalog takes a second; every key changes with the minute)."""
+    import asyncpg
+
+    from catalog_service.store import search as search_module
+
+    counted = []
+    fetch = search_module._fetch
+
+    async def slow_count(conn, sql, params):
+        if " as total from catalog c " in sql:
+            counted.append(sql)
+            await asyncio.sleep(0.3)  # both requests are past their page before this one ends
+        return await fetch(conn, sql, params)
+
+    monkeypatch.setattr(search_module, "_fetch", slow_count)
+
+    async def body(h: Harness):
+        await h.write(*(entry(f"d{n}", "Document") for n in range(5)))
+        other = await asyncpg.connect(dsn)
+        await _init_connection(other)
+        try:
+            docs = {"portal_type": "Document"}
+            answers = await asyncio.gather(*(
+                search(conn, h.catalog, SearchRequest(query=docs, b_size=1), ANONYMOUS, Limits(), counts=h.counts)
+                for conn in (h.conn, other)))
+        finally:
+            await other.close()
+        assert [orjson.loads(a.body)["items_total"] for a in answers] == [5, 5]
+        assert len(counted) == 1 and h.counts.joined == 1
+        assert (h.counts.hits, h.counts.misses) == (1, 1)
+
+    run(dsn, body)

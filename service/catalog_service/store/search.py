@@ -9,6 +9,7 @@ again.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from collections import OrderedDict
@@ -46,8 +47,41 @@ class CountCache:
         self.size = size
         self.hits = 0
         self.misses = 0
+        self.joined = 0
         self._entries: OrderedDict[tuple, tuple[int, int, int]] = OrderedDict()
         self._lock = threading.Lock()
+        # Counts running now, by key: identical queries that miss together wait for one count
+        # instead of each running it (a common word's count over a large catalog takes a second,
+        # and every key changes when the minute of the effective-date filter does).
+        self._flights: dict[tuple, asyncio.Future] = {}
+
+    async def count(self, key: tuple, state: tuple[int, int], run) -> int | None:
+        """The total for ``key`` at ``state`` (counter, schema revision): from a count of the same
+        key running in this process if it counts that state, else from ``run()``, which returns
+        (counter, schema revision, total) of its own snapshot. None when that snapshot is not
+        ``state`` (a write came between)."""
+        loop = asyncio.get_running_loop()
+        flight = self._flights.get(key)
+        if flight is not None and flight.get_loop() is loop:
+            found = await asyncio.shield(flight)
+            if found is not None and found[:2] == state:
+                self.joined += 1
+                self.record(hit=True)  # no count ran for this request
+                return found[2]
+        flight = loop.create_future()
+        self._flights[key] = flight
+        found = None
+        try:
+            found = await run()
+        finally:
+            flight.set_result(found)  # waiters count themselves when this failed (None)
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+        if found is None or found[:2] != state:
+            return None
+        self.record(hit=False)
+        self.put(key, *found)
+        return found[2]
 
     def get(self, key: tuple) -> tuple[int, int, int] | None:
         with self._lock:
@@ -154,13 +188,14 @@ async def _page_and_total(conn, catalog: Catalog, plan, request: SearchRequest, 
                 counts.record(hit=True)
             else:
                 count_params = _count_params(plan) + [catalog.id]
-                counted = _head(await _fetch(conn, f"select c.counter, c.schema_rev, ({plan.count_sql}) as total "
-                                                   f"from catalog c where c.id = ${len(count_params)}::integer",
-                                             count_params), catalog)
-                if (counted["counter"], counted["schema_rev"]) == state:
-                    total = counted["total"]
-                    counts.record(hit=False)
-                    counts.put(key, *state, total)
+
+                async def run_count():
+                    counted = _head(await _fetch(conn, f"select c.counter, c.schema_rev, ({plan.count_sql}) "
+                                                       f"as total from catalog c where c.id = "
+                                                       f"${len(count_params)}::integer", count_params), catalog)
+                    return counted["counter"], counted["schema_rev"], counted["total"]
+
+                total = await counts.count(key, state, run_count)
         if total is not None:
             head["total"] = total
             return rows, head
