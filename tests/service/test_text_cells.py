@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog_schemas.api import Batch, CatalogCreate, IndexDeclaration
-from catalog_service.planner.plan import Limits, Security, plan_search
+from catalog_service.planner.plan import UNRESTRICTED, Limits, Security, plan_search
 from catalog_service.store import batches
 from catalog_service.store.catalogs import CatalogRegistry
 from catalog_service.store.migrations import available, migrate
@@ -234,5 +234,47 @@ def test_relevance_page_from_cells_or_from_the_whole_query(db):
         assert cut == (await page(dict(query), whole))[0]
         assert len(cut) == 30
         assert branches[:2] == [0, 30]
+
+    run(db, work)
+
+
+def test_queries_known_to_have_few_results_skip_the_cells(db, monkeypatch):
+    """The cells' statement costs planning time; once the count cache knows a query has fewer
+    results than the cells would be cut at, the plain plan answers it (same page)."""
+    import orjson
+
+    from catalog_schemas.api import SearchRequest
+    from catalog_service.store import search as search_module
+    from catalog_service.store.search import CountCache, search
+
+    sent = []
+    fetch = search_module._fetch
+
+    async def spy(conn, sql, params):
+        sent.append(sql)
+        return await fetch(conn, sql, params)
+
+    monkeypatch.setattr(search_module, "_fetch", spy)
+
+    async def work(conn):
+        catalog, _ = await CatalogRegistry().create(conn, CatalogCreate(id="few", indexes=[
+            IndexDeclaration(name="SearchableText", type="ZCTextIndex")]))
+        entries = [{"op": "index", "uid": f"u{n}", "path": f"/plone/u{n}",
+                    "values": {"SearchableText": "rare word" if n < 12 else "common word"}} for n in range(400)]
+        await _commit(conn, catalog, "b0", entries)
+        counts = CountCache(10)
+        pages = {}
+        for word in ("rare", "common", "rare", "common"):
+            sent.clear()
+            answer = orjson.loads((await search(conn, catalog, SearchRequest(query={"SearchableText": word}, b_size=5),
+                                                UNRESTRICTED, Limits(), counts=counts)).body)
+            used_cells = any("best as materialized" in sql for sql in sent)
+            pages.setdefault(word, []).append((answer["items_total"], [i["uid"] for i in answer["items"]], used_cells))
+        # First time: the cells' statement; then the plain one for the rare word only.
+        assert [p[2] for p in pages["rare"]] == [True, False]
+        assert [p[2] for p in pages["common"]] == [True, True]
+        for word, (first, second) in pages.items():
+            assert first[:2] == second[:2], word
+        assert pages["rare"][0][0] == 12 and pages["common"][0][0] == 388
 
     run(db, work)

@@ -168,18 +168,17 @@ class ZCTextIndex(Index):
                 rows.append(f"({number}, array[{p.add(leaf.word, 'text')}])")
             else:
                 rows.append(f"({number}, {self._glob_words(leaf, ctx, limit=MAX_GLOB_CELL_WORDS + 1)})")
-        stats = f"from catalog_text_stats st where st.catalog_id = {cat} and st.index_name = {self.key}"
-        n = f"(select st.docs {stats})"
-        mean = f"(select st.words::float8 / nullif(st.docs, 0) {stats})"
         # The lexicon's words are "C"-collated; the cells index holds default-collated strings.
         cells = (f"select x.word, (x.fb || ':' || x.lb || ':' || x.word) collate \"default\" as token, "
                  f"lf.number, x.n, "
-                 f"catalog_okapi(catalog_text_bucket_hi(x.fb), catalog_text_bucket_lo(x.lb), {n}, l.df, {mean}) as upper, "
-                 f"catalog_okapi(catalog_text_bucket_lo(x.fb), catalog_text_bucket_hi(x.lb), {n}, l.df, {mean}) as lower "
-                 f"from leaf lf cross join lateral unnest(lf.words) w(word) "
+                 f"catalog_okapi(catalog_text_bucket_hi(x.fb), catalog_text_bucket_lo(x.lb), st.docs, l.df, "
+                 f"st.words::float8 / nullif(st.docs, 0)) as upper, "
+                 f"catalog_okapi(catalog_text_bucket_lo(x.fb), catalog_text_bucket_hi(x.lb), st.docs, l.df, "
+                 f"st.words::float8 / nullif(st.docs, 0)) as lower "
+                 f"from catalog_text_stats st cross join leaf lf cross join lateral unnest(lf.words) w(word) "
                  f"join catalog_lexicon l on l.catalog_id = {cat} and l.index_name = {self.key} and l.word = w.word "
                  f"join catalog_text_cell x on x.catalog_id = {cat} and x.index_name = {self.key} "
-                 f"and x.word = w.word")
+                 f"and x.word = w.word where st.catalog_id = {cat} and st.index_name = {self.key}")
         usable = f"(select coalesce(bool_and(cardinality(words) <= {MAX_GLOB_CELL_WORDS}), false) from leaf)"
         wanted = want()
         score = (f"(select c.lower from (select lower, sum(n) over (order by lower desc) as reach from cell) c "
@@ -190,7 +189,7 @@ class ZCTextIndex(Index):
         read = ("(select coalesce(sum(c.n), 0) from cell c, bound0 b "
                 "where b.score is null or c.upper * b.terms >= b.score)")
         ctes = (f"leaf as materialized (select * from (values {', '.join(rows)}) v(number, words)), "
-                f"cell as materialized ({cells} where {usable}), "
+                f"cell as materialized ({cells} and {usable}), "
                 f"bound0 as materialized (select {score} as score, {terms} as terms), "
                 f"bound as materialized (select b.score, b.terms, {usable} and {read} <= {CELL_READ_FACTOR} * {wanted} "
                 f"as usable from bound0 b)")

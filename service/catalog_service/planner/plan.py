@@ -75,6 +75,11 @@ class SearchPlan:
     # A query error ZCatalog raises only if the indexes before it found something: check that
     # with precheck_sql; if nothing matches, the answer is empty instead.
     deferred_error: QueryError | None = None
+    # A relevance page read from score cells (docs/decisions/0007) also comes as the plain query,
+    # which the executor may run instead when the query is known to have fewer than
+    # ``plain_below`` results: the cells' statement then only adds planning time.
+    plain_sql: str = ""
+    plain_below: int = 0
     precheck_sql: str = ""
     precheck_params: list[Any] = field(default_factory=list)
 
@@ -335,6 +340,7 @@ def plan_search(
     sql = (f"select o.rid, o.uid, o.path, {meta_sql} as meta, {score_sql} as score "
            f"from {source} o where {where} order by {', '.join(order_terms)} "
            f"limit {limit_p} offset {offset_p}")
+    plain_sql, plain_below = "", 0
     if len(scored) == 1 and not batch_ids and limit > 0 and start + limit <= limits.relevance_top:
         index = schema.indexes[scored[0]]
         cells = index.best_cells(
@@ -343,9 +349,12 @@ def plan_search(
         if cells is not None:
             text_condition = text_conditions[scored[0]]
             best_where = all_of([c for c in conditions if not (cells.implies_match and c == text_condition)])
-            sql = _from_best_cells(sql, cells, best_where, source, meta_sql, score_sql, limit_p, offset_p)
+            plain_sql, sql = sql, _from_best_cells(sql, cells, best_where, source, meta_sql, score_sql,
+                                                   limit_p, offset_p)
+            plain_below = 4 * (start + limit) + limits.relevance_candidates
     return SearchPlan(sql=sql, params=params.values, count_sql=count_sql,
-                      b_start=start, b_size=size, empty=not applied, ignored=ignored)
+                      b_start=start, b_size=size, empty=not applied, ignored=ignored,
+                      plain_sql=plain_sql, plain_below=plain_below)
 
 
 def _from_best_cells(sql: str, cells, where: str, source: str, meta_sql: str, score_sql: str,

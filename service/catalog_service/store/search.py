@@ -13,7 +13,7 @@ import asyncio
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import asyncpg
 import orjson
@@ -110,9 +110,14 @@ class CountCache:
 _PARAM = re.compile(r"\$(\d+)")
 
 
+def _leading_params(sql: str, params: list) -> list:
+    """The parameters ``sql`` uses, when they are the first ones of ``params``."""
+    return params[:max((int(n) for n in _PARAM.findall(sql)), default=0)]
+
+
 def _count_params(plan) -> list:
     """The parameters of ``plan.count_sql``: the first ones of the plan's."""
-    return plan.params[:max((int(n) for n in _PARAM.findall(plan.count_sql)), default=0)]
+    return _leading_params(plan.count_sql, plan.params)
 
 
 def _count_key(catalog: Catalog, plan, request: SearchRequest) -> tuple | None:
@@ -168,6 +173,11 @@ async def _page_and_total(conn, catalog: Catalog, plan, request: SearchRequest, 
     """
     limit = plan.b_size if plan.b_size is not None else limits.max_unbatched
     key = None if counts is None or counts.size <= 0 else _count_key(catalog, plan, request)
+    if plan.plain_sql and key is not None:
+        known = counts.get(key)
+        if known is not None and known[2] < plan.plain_below:
+            # Few results the last time (at any state: this only picks one of two exact plans).
+            plan = replace(plan, sql=plan.plain_sql, params=_leading_params(plan.plain_sql, plan.params))
     params = list(plan.params) + [catalog.id]
     cat = f"${len(params)}::integer"
     batch_state = _batch_column(request, params)
