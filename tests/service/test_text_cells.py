@@ -93,6 +93,13 @@ def _text(rnd: random.Random) -> str:
     return " ".join(words)
 
 
+async def _catalog(conn, name: str, **indexes: str):
+    """A new catalog with the given indexes (name=type)."""
+    spec = CatalogCreate(id=name, indexes=[IndexDeclaration(name=n, type=t) for n, t in indexes.items()])
+    catalog, _ = await CatalogRegistry().create(conn, spec)
+    return catalog
+
+
 async def _commit(conn, catalog, batch_id, entries, clear=False):
     batch = Batch.model_validate({"batch_id": batch_id, "entries": entries, "clear": clear})
     changes = batches.convert(batch, catalog, 100_000)
@@ -126,10 +133,8 @@ def test_commits_keep_cell_counts_and_the_migration_counts_alike(db):
     rnd = random.Random(7)
 
     async def work(conn):
-        catalog, _ = await CatalogRegistry().create(conn, CatalogCreate(id="counts", indexes=[
-            IndexDeclaration(name="SearchableText", type="ZCTextIndex"),
-            IndexDeclaration(name="Title", type="ZCTextIndex"),
-            IndexDeclaration(name="portal_type", type="FieldIndex")]))
+        catalog = await _catalog(conn, "counts", SearchableText="ZCTextIndex", Title="ZCTextIndex",
+                                 portal_type="FieldIndex")
         await _commit(conn, catalog, "b0", [_entry(f"u{n}", _text(rnd)) for n in range(60)])
         # Changed texts, texts kept (None), partial reindexes, removals, new objects.
         changes = [_entry(f"u{n}", _text(rnd) if n % 3 else None) for n in range(0, 60, 2)]
@@ -170,10 +175,8 @@ def test_relevance_page_from_cells_or_from_the_whole_query(db):
     rnd = random.Random(11)
 
     async def work(conn):
-        catalog, _ = await CatalogRegistry().create(conn, CatalogCreate(id="paths", indexes=[
-            IndexDeclaration(name="SearchableText", type="ZCTextIndex"),
-            IndexDeclaration(name="portal_type", type="FieldIndex"),
-            IndexDeclaration(name="allowedRolesAndUsers", type="KeywordIndex")]))
+        catalog = await _catalog(conn, "paths", SearchableText="ZCTextIndex", portal_type="FieldIndex",
+                                 allowedRolesAndUsers="KeywordIndex")
         entries = []
         for n in range(2000):
             entry = _entry(f"u{n}", _text(rnd))
@@ -257,8 +260,7 @@ def test_queries_known_to_have_few_results_skip_the_cells(db, monkeypatch):
     monkeypatch.setattr(search_module, "_fetch", spy)
 
     async def work(conn):
-        catalog, _ = await CatalogRegistry().create(conn, CatalogCreate(id="few", indexes=[
-            IndexDeclaration(name="SearchableText", type="ZCTextIndex")]))
+        catalog = await _catalog(conn, "few", SearchableText="ZCTextIndex")
         entries = [{"op": "index", "uid": f"u{n}", "path": f"/plone/u{n}",
                     "values": {"SearchableText": "rare word" if n < 12 else "common word"}} for n in range(400)]
         await _commit(conn, catalog, "b0", entries)
