@@ -418,11 +418,15 @@ def test_restricted_query_sees_its_own_staged_changes(live_service, catalog):
 
 def test_object_data_for_uids_with_slashes(admin, catalog):
     name, _ = catalog
-    commit(admin, name, [entry("/plone/a/b", "/plone/a/b")])
+    commit(admin, name, [entry("/plone/a/b", "/plone/a/b", text="garden river garden")])
     r = admin.get(f"/catalogs/{name}/objects//plone/a/b")
     assert r.status_code == 200, r.text
     assert r.json()["uid"] == "/plone/a/b"
-    assert r.json()["indexes"]["portal_type"] == "Document"
+    indexes = r.json()["indexes"]
+    assert indexes["portal_type"] == "Document"
+    # The stored score cells are not an index (getIndexDataForUID shows this mapping).
+    assert indexes["SearchableText"] == ["garden", "river", "garden"]
+    assert not [key for key in indexes if "#" in key]
 
 
 def test_sort_on_path(admin, catalog):

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from catalog_schemas.api import Batch, CatalogCreate, CatalogInfo, SchemaUpdate, UniqueValues
 
 from ..errors import BadRequest, NotFound
+from ..indexes.text import CELLS_SUFFIX
 from ..store import batches
 from ..store.catalogs import Catalog
 from .auth import Credential, identify, mint_token, require_admin, require_trusted
@@ -110,8 +111,11 @@ async def object_data(name: str, uid: str, request: Request, cred: Credential = 
             f"where uid = $1", uid)
     if row is None:
         raise NotFound(f"no object {uid!r} in catalog {name!r}")
+    # The text document also holds the score cells of SearchableText (docs/decisions/0007), which
+    # are no index's value.
+    indexes = {k: v for k, v in orjson.loads(row["idx"]).items() if not k.endswith(CELLS_SUFFIX)}
     return json_response({"rid": row["rid"], "uid": row["uid"], "path": row["path"], "version": row["version"],
-                           "indexes": orjson.loads(row["idx"]), "metadata": orjson.loads(row["meta"])})
+                           "indexes": indexes, "metadata": orjson.loads(row["meta"])})
 
 
 @router.post("/{name}/verify")
