@@ -34,9 +34,8 @@ CELL_INDEXES = frozenset({"SearchableText"})
 CELLS_SUFFIX = "#cells"
 
 
-# A text query reads its best cells when it has at most this many scored words, none a glob that
-# matches more lexicon words than MAX_GLOB_CELL_WORDS; otherwise it is scored in full.
-MAX_CELL_LEAVES = 8
+# A glob reads its best cells when it matches at most this many lexicon words; otherwise every
+# match is scored.
 MAX_GLOB_CELL_WORDS = 16
 CELL_READ_FACTOR = 25
 
@@ -44,25 +43,11 @@ CELL_READ_FACTOR = 25
 @dataclass(frozen=True)
 class BestCells:
     """CTEs ``leaf``, ``cell`` (token, number, word, n, upper, lower) and ``bound`` (score, terms,
-    usable) of ``ZCTextIndex.best_cells``; the row's cells as SQL; whether having a cell of the
-    query's words is having a match (one word or one glob), so the text condition can go."""
+    usable) of ``ZCTextIndex.best_cells``, and the row's cells as SQL. Having one of the query's
+    cells is matching the query (one word, or one glob), so the text condition is not needed."""
 
     ctes: str
     row_cells: str
-    implies_match: bool
-
-
-def _scored_leaves(node):
-    """The words and globs of a text query whose scores add up to a document's score."""
-    match node:
-        case Atom() | Glob():
-            yield node
-        case Phrase(words):
-            yield from (Atom(word) for word in words)
-        case And(children) | Or(children):
-            for child in children:
-                if not isinstance(child, Not):
-                    yield from _scored_leaves(child)
 
 
 class ZCTextIndex(Index):
@@ -139,35 +124,28 @@ class ZCTextIndex(Index):
         return self._score(parse_query(text), ctx, env)
 
     def best_cells(self, q: IndexQuery, ctx: QueryContext, want: Callable[[], str]) -> BestCells | None:
-        """SQL for the score cells that can hold the best documents of a text query.
+        """SQL for the score cells that can hold the best documents of a one-word or one-glob query.
 
-        A document's score is a sum of word scores, one per word of the query it holds (a glob
-        adds each lexicon word it matches; a phrase each of its words; ``Not`` adds nothing). If
-        the sum is at least ``B``, one of the ``m`` terms is at least ``B / m``, ``m`` being the
-        number of (query word, lexicon word) pairs with documents. So every document scoring ``B``
-        or more has a cell of one of those words whose highest score, times ``m``, is ``B`` or more.
-        ``B`` is the highest score such that the cells whose every document scores ``B`` or more
-        hold ``want()`` documents (docs/decisions/0007)."""
+        A glob's score is the sum of the scores of the lexicon words it matches. If it is at least
+        ``B``, one of its ``m`` terms is at least ``B / m``, ``m`` being the number of its words
+        with documents (1 for a word). So every document scoring ``B`` or more has a cell whose
+        highest score, times ``m``, is ``B`` or more. ``B`` is the highest score such that the cells
+        whose every document scores ``B`` or more hold ``want()`` documents (docs/decisions/0007)."""
         text = " ".join(q.keys)
         if not self.has_cells or not text:
             return None
         node = parse_query(text)
         if not isinstance(node, Atom | Glob):
-            # Sums of several words' scores (And, Or, phrases) get only the bound B / m: measured
-            # at 1M demo objects, "garden OR museum" read so many cells that it took longer than
-            # scoring every match. The code below handles them, should a better bound come.
-            return None
-        leaves = list(_scored_leaves(node))
-        if not leaves or len(leaves) > MAX_CELL_LEAVES:
+            # Sums of several words' scores (And, Or, phrases) would get only the bound B / m over
+            # all their words: measured at 1M demo objects, "garden OR museum" then read so many
+            # cells that it took longer than scoring every match (docs/decisions/0007).
             return None
         p = ctx.params
         cat = p.add(ctx.catalog_id, "integer")
-        rows = []
-        for number, leaf in enumerate(leaves):
-            if isinstance(leaf, Atom):
-                rows.append(f"({number}, array[{p.add(leaf.word, 'text')}])")
-            else:
-                rows.append(f"({number}, {self._glob_words(leaf, ctx, limit=MAX_GLOB_CELL_WORDS + 1)})")
+        if isinstance(node, Atom):
+            words = f"array[{p.add(node.word, 'text')}]"
+        else:
+            words = self._glob_words(node, ctx, limit=MAX_GLOB_CELL_WORDS + 1)
         # The lexicon's words are "C"-collated; the cells index holds default-collated strings.
         cells = (f"select x.word, (x.fb || ':' || x.lb || ':' || x.word) collate \"default\" as token, "
                  f"lf.number, x.n, "
@@ -188,12 +166,12 @@ class ZCTextIndex(Index):
         # many common words, whose bound B / m is low), scoring every match is cheaper.
         read = ("(select coalesce(sum(c.n), 0) from cell c, bound0 b "
                 "where b.score is null or c.upper * b.terms >= b.score)")
-        ctes = (f"leaf as materialized (select * from (values {', '.join(rows)}) v(number, words)), "
+        ctes = (f"leaf as materialized (select 0 as number, {words} as words), "
                 f"cell as materialized ({cells} and {usable}), "
                 f"bound0 as materialized (select {score} as score, {terms} as terms), "
                 f"bound as materialized (select b.score, b.terms, {usable} and {read} <= {CELL_READ_FACTOR} * {wanted} "
                 f"as usable from bound0 b)")
-        return BestCells(ctes=ctes, row_cells=self.cells_sql(), implies_match=isinstance(node, Atom | Glob))
+        return BestCells(ctes=ctes, row_cells=self.cells_sql())
 
     def _word_score(self, word_sql: str, df_sql: str, env: dict) -> str:
         return (f"catalog_okapi(catalog_word_count({self.json}, {word_sql}), {env['len']}, {env['n']}, "

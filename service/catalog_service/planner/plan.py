@@ -347,8 +347,7 @@ def plan_search(
             parse_index_query(query, index), ctx,
             lambda: f"({limit_p} + {offset_p}) * 4 + {params.add(limits.relevance_candidates, 'bigint')}")
         if cells is not None:
-            text_condition = text_conditions[scored[0]]
-            best_where = all_of([c for c in conditions if not (cells.implies_match and c == text_condition)])
+            best_where = all_of([c for c in conditions if c != text_conditions[scored[0]]])
             plain_sql, sql = sql, _from_best_cells(sql, cells, best_where, source, meta_sql, score_sql,
                                                    limit_p, offset_p)
             plain_below = 4 * (start + limit) + limits.relevance_candidates
