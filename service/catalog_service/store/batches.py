@@ -388,7 +388,7 @@ class StagedProfile:
         self.df: dict[str, Counter] = {}
         self.cells: dict[str, Counter] = {}
 
-    def add(self, name: str, words: list[str], found: Counter | None) -> None:
+    def add(self, name: str, words: list[str], found: list[tuple[int, int, str]] | None) -> None:
         total = self.docs.setdefault(name, [0, 0])
         total[0] += 1
         total[1] += len(words)

@@ -19,10 +19,13 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["BOUNDS", "bucket", "cells", "cell_counts"]
+__all__ = ["BOUNDS", "EXACT", "bucket", "cells"]
 
 
-def _bounds(exact: int = 8, ratio: float = 1.2, last: int = 2**24) -> tuple[int, ...]:
+EXACT = 8  # counts up to this are their own bucket
+
+
+def _bounds(exact: int = EXACT, ratio: float = 1.2, last: int = 2**24) -> tuple[int, ...]:
     bounds = list(range(1, exact + 1))
     while (step := math.ceil(bounds[-1] * ratio)) <= last:
         bounds.append(step)
@@ -38,15 +41,8 @@ def bucket(x: int) -> int:
     return bisect.bisect_right(BOUNDS, x)
 
 
-def cells(words: Sequence[str]) -> Counter:
-    """The cells of one document's word sequence: (f bucket, len bucket, word) -> 1."""
+def cells(words: Sequence[str]) -> list[tuple[int, int, str]]:
+    """The cells of one document's word sequence, one per distinct word: (f bucket, len bucket,
+    word). Buckets up to 8 are the number itself."""
     length = bucket(len(words))
-    return Counter((bucket(f), length, word) for word, f in Counter(words).items())
-
-
-def cell_counts(documents: Sequence[Sequence[str]]) -> Counter:
-    """Documents per cell over several word sequences."""
-    total: Counter = Counter()
-    for words in documents:
-        total.update(cells(words))
-    return total
+    return [(f if f <= EXACT else bucket(f), length, word) for word, f in Counter(words).items()]
