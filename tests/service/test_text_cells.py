@@ -230,6 +230,15 @@ def test_relevance_page_from_cells_or_from_the_whole_query(db):
         cut, branches = await page(dict(query), Limits(), analyze=True)
         assert cut == (await page(dict(query), whole))[0] and len(cut) == 10
         assert branches[:2] == [0, 10]
+        # A catalog whose cells index is not built yet (made before migration 0003, until
+        # `catalog-service migrate`): the whole query answers instead of a scan for the cells.
+        index = catalog.schema.indexes["SearchableText"].index_name(catalog.table, "c")
+        await conn.execute(f"drop index {index}")
+        query = {"SearchableText": "garden"}
+        cut, branches = await page(dict(query), Limits(), analyze=True)
+        assert cut == (await page(dict(query), whole))[0] and branches[:2] == [0, 10]
+        await conn.execute(catalog.schema.indexes["SearchableText"].ddl(catalog.table)[1])
+        assert (await page(dict(query), Limits(), analyze=True))[1][:2] == [10, 0]
         # A criterion the best cells' documents fail (News Items are every fifth object, and
         # the candidates are few): the whole query answers, with the same page.
         query = {"SearchableText": "garden", "portal_type": "News Item", "b_size": 30}

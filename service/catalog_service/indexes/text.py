@@ -157,7 +157,12 @@ class ZCTextIndex(Index):
                  f"join catalog_lexicon l on l.catalog_id = {cat} and l.index_name = {self.key} and l.word = w.word "
                  f"join catalog_text_cell x on x.catalog_id = {cat} and x.index_name = {self.key} "
                  f"and x.word = w.word where st.catalog_id = {cat} and st.index_name = {self.key}")
-        usable = f"(select coalesce(bool_and(cardinality(words) <= {MAX_GLOB_CELL_WORDS}), false) from leaf)"
+        # The cells index is built by `catalog-service migrate` for catalogs made before it: until
+        # it is there and valid, reading the cells would scan the catalog.
+        cells_index = f"'{self.index_name(ctx.table, 'c')}'"  # a checked identifier, as a literal
+        usable = (f"((select coalesce(bool_and(cardinality(words) <= {MAX_GLOB_CELL_WORDS}), false) from leaf) "
+                  f"and exists (select 1 from pg_index i where i.indexrelid = to_regclass({cells_index}) "
+                  f"and i.indisvalid))")
         wanted = want()
         score = (f"(select c.lower from (select lower, sum(n) over (order by lower desc) as reach from cell) c "
                  f"where c.reach >= {wanted} order by c.lower desc limit 1)")
