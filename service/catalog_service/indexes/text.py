@@ -42,7 +42,7 @@ CELL_READ_FACTOR = 25
 
 @dataclass(frozen=True)
 class BestCells:
-    """CTEs ``leaf``, ``cell`` (token, number, word, n, upper, lower) and ``bound`` (score, terms,
+    """CTEs ``leaf``, ``gate``, ``cell`` (word, token, n, upper, lower) and ``bound`` (score, terms,
     usable) of ``ZCTextIndex.best_cells``, and the row's cells as SQL. Having one of the query's
     cells is matching the query (one word, or one glob), so the text condition is not needed."""
 
@@ -58,10 +58,6 @@ class ZCTextIndex(Index):
     @property
     def has_cells(self) -> bool:
         return self.name in CELL_INDEXES
-
-    @property
-    def cells_name(self) -> str:
-        return self.name + CELLS_SUFFIX
 
     # Word sequences live in the row's `text` document, not in `idx` (see 0001-catalog-storage).
     @property
@@ -148,7 +144,7 @@ class ZCTextIndex(Index):
             words = self._glob_words(node, ctx, limit=MAX_GLOB_CELL_WORDS + 1)
         # The lexicon's words are "C"-collated; the cells index holds default-collated strings.
         cells = (f"select x.word, (x.fb || ':' || x.lb || ':' || x.word) collate \"default\" as token, "
-                 f"lf.number, x.n, "
+                 f"x.n, "
                  f"catalog_okapi(catalog_text_bucket_hi(x.fb), catalog_text_bucket_lo(x.lb), st.docs, l.df, "
                  f"st.words::float8 / nullif(st.docs, 0)) as upper, "
                  f"catalog_okapi(catalog_text_bucket_lo(x.fb), catalog_text_bucket_hi(x.lb), st.docs, l.df, "
@@ -160,22 +156,22 @@ class ZCTextIndex(Index):
         # The cells index is built by `catalog-service migrate` for catalogs made before it: until
         # it is there and valid, reading the cells would scan the catalog.
         cells_index = f"'{self.index_name(ctx.table, 'c')}'"  # a checked identifier, as a literal
-        usable = (f"((select coalesce(bool_and(cardinality(words) <= {MAX_GLOB_CELL_WORDS}), false) from leaf) "
-                  f"and exists (select 1 from pg_index i where i.indexrelid = to_regclass({cells_index}) "
-                  f"and i.indisvalid))")
+        gate = (f"select cardinality(lf.words) <= {MAX_GLOB_CELL_WORDS} and exists (select 1 from pg_index i "
+                f"where i.indexrelid = to_regclass({cells_index}) and i.indisvalid) as usable from leaf lf")
         wanted = want()
         score = (f"(select c.lower from (select lower, sum(n) over (order by lower desc) as reach from cell) c "
                  f"where c.reach >= {wanted} order by c.lower desc limit 1)")
-        terms = "(select count(*) from (select distinct number, word from cell where n > 0) t)"
+        terms = "(select count(distinct word) from cell where n > 0)"
         # The documents the cut would read; over CELL_READ_FACTOR times the wanted ones (a glob of
         # many common words, whose bound B / m is low), scoring every match is cheaper.
         read = ("(select coalesce(sum(c.n), 0) from cell c, bound0 b "
                 "where b.score is null or c.upper * b.terms >= b.score)")
-        ctes = (f"leaf as materialized (select 0 as number, {words} as words), "
-                f"cell as materialized ({cells} and {usable}), "
+        ctes = (f"leaf as materialized (select {words} as words), "
+                f"gate as materialized ({gate}), "
+                f"cell as materialized ({cells} and (select usable from gate)), "
                 f"bound0 as materialized (select {score} as score, {terms} as terms), "
-                f"bound as materialized (select b.score, b.terms, {usable} and {read} <= {CELL_READ_FACTOR} * {wanted} "
-                f"as usable from bound0 b)")
+                f"bound as materialized (select b.score, b.terms, (select usable from gate) "
+                f"and {read} <= {CELL_READ_FACTOR} * {wanted} as usable from bound0 b)")
         return BestCells(ctes=ctes, row_cells=self.cells_sql())
 
     def _word_score(self, word_sql: str, df_sql: str, env: dict) -> str:
