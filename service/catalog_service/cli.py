@@ -80,9 +80,7 @@ async def load_demo(dsn: str, name: str, count: int, chunk: int = 2000, quiet: b
             batch = Batch.model_validate({"batch_id": f"demo-{done}", "entries": pending})
             changes = batches.convert(batch, catalog, 1_000_000)
             async with conn.transaction():
-                rows = await batches.one_shot_rows(conn, catalog, batch.batch_id)
-                await batches.stage(conn, catalog, batch, changes, rows)
-                await batches.commit(conn, catalog, batch.batch_id, rows)
+                await batches.apply_one_shot(conn, catalog, batch, changes)
             done += len(pending)
             pending.clear()
             if not quiet:

@@ -65,9 +65,7 @@ async def post_batch(name: str, request: Request, stage: bool = Query(default=Fa
                     return _answer(BatchResult(batch_id=batch.batch_id, state="staged", applied=0, counter=counter))
                 result = await batches.commit(conn, catalog, batch.batch_id)
             else:
-                rows = await batches.one_shot_rows(conn, catalog, batch.batch_id)
-                await batches.stage(conn, catalog, batch, changes, rows)
-                result = await batches.commit(conn, catalog, batch.batch_id, rows)
+                result = await batches.apply_one_shot(conn, catalog, batch, changes)
     BATCHES.labels(name, "committed").inc()
     return _answer(await with_lsn(state.db, result))
 

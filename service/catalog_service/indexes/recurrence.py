@@ -108,13 +108,18 @@ def _collect(rset, zone, until_dt, maxcount: int) -> list[int]:
     return sorted(found)
 
 
-def _parse(start, rule, until, tz_name):
+def _start(start, until, tz_name):
+    """The event's zone, its start as a naive local time, and the UTC end of the expansion."""
     if isinstance(start, dict):
         raise RecurrenceError("start must be a date")
     zone = _zone(start, tz_name)
     start_dt = parse_datetime(start).astimezone(zone).replace(microsecond=0)
-    naive_start = start_dt.replace(tzinfo=None)
     until_dt = parse_datetime(until).replace(microsecond=0) if until else None
+    return zone, start_dt.replace(tzinfo=None), until_dt
+
+
+def _parse(start, rule, until, tz_name):
+    zone, naive_start, until_dt = _start(start, until, tz_name)
 
     if rule:
         if not isinstance(rule, str) or len(rule) > 10000:
@@ -143,9 +148,18 @@ def _parse(start, rule, until, tz_name):
 def occurrences(start, rule: str | None, until=None, tz_name: str | None = None,
                 maxcount: int = MAXCOUNT) -> list[int]:
     """Sorted distinct occurrence minutes of an event starting at ``start``."""
-    zone, naive_start, until_dt, rset = _parse(start, rule, until, tz_name)
     if not rule:
-        return _collect(rset, zone, until_dt, maxcount)
+        # The start alone (the common case: most events do not recur), as _collect would give it
+        # for a rule set holding only the start, without building one.
+        zone, naive_start, until_dt = _start(start, until, tz_name)
+        local = naive_start.replace(tzinfo=zone)
+        try:
+            if maxcount < 1 or (until_dt is not None and local.astimezone(UTC) > until_dt):
+                return []
+            return [minutes(local)]
+        except (ValueError, OverflowError) as exc:
+            raise RecurrenceError(f"recurrence cannot be expanded: {exc}") from exc
+    zone, naive_start, until_dt, rset = _parse(start, rule, until, tz_name)
     return _with_deadline(lambda: _collect(rset, zone, until_dt, maxcount), EXPANSION_SECONDS)
 
 

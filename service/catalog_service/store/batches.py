@@ -21,7 +21,6 @@ from catalog_schemas.api import Batch, BatchResult, IndexEntry, UnindexEntry
 from ..errors import BadRequest, Conflict, LimitExceeded, NotFound
 from ..indexes import MISSING, BadValue
 from ..indexes.path import ExtendedPathIndex, components, normalise, parent_of
-from ..indexes.simple import DateRangeIndex
 from ..indexes.text import CELLS_SUFFIX, ZCTextIndex
 from ..text.cells import cells
 from .catalogs import TEXT_TABLES, Catalog
@@ -42,41 +41,39 @@ class Change:
 
 def _convert_index(entry: IndexEntry, catalog: Catalog) -> Change:
     indexes = catalog.schema.indexes
-    unknown = set(entry.values) - set(indexes)
+    values = entry.values
+    unknown = values.keys() - indexes.keys()
     if unknown:
         raise BadValue(f"object {entry.uid!r}: no such index {sorted(unknown)!r}")
-    unknown_meta = set(entry.metadata) - set(catalog.metadata)
+    unknown_meta = entry.metadata.keys() - set(catalog.metadata)
     if unknown_meta:
         raise BadValue(f"object {entry.uid!r}: no such metadata column {sorted(unknown_meta)!r}")
+    slots = catalog.entry_slots
     if entry.idxs is not None:
-        bad = set(entry.idxs) - set(indexes)
+        bad = set(entry.idxs) - indexes.keys()
         if bad:
             raise BadValue(f"object {entry.uid!r}: idxs names unknown indexes {sorted(bad)!r}")
         names = list(dict.fromkeys(entry.idxs))
+        chosen = [(name, slots[name]) for name in names if name in slots]
     else:
-        names = list(indexes)
+        names = None
+        chosen = slots.items()
     path = normalise(entry.path)
     if not path.startswith("/") or "\x00" in path:
         raise BadValue(f"object {entry.uid!r}: invalid path")
     idx: dict[str, Any] = {}
-    for name in names:
-        index = indexes[name]
-        if isinstance(index, ExtendedPathIndex) and index.physical:
-            continue  # the row's own path columns
-        if name in entry.values:
+    for name, (stored, absent) in chosen:
+        if name in values:
             try:
-                value = index.stored(entry.values[name])
+                value = stored(values[name])
             except BadValue as exc:
                 raise BadValue(f"object {entry.uid!r}: {exc.detail}") from exc
-        elif isinstance(index, DateRangeIndex):
-            value = [None, None]  # ZCatalog indexes every object, open at both ends
-        else:
-            value = MISSING
-        if value is not MISSING:
-            idx[name] = value
+            if value is not MISSING:
+                idx[name] = value
+        elif absent is not MISSING:
+            idx[name] = list(absent)
     return Change(op="index", uid=entry.uid, version=entry.version, path=path, idx=idx,
-                  meta=dict(entry.metadata), idxs=None if entry.idxs is None else names,
-                  meta_partial=entry.idxs is not None)
+                  meta=dict(entry.metadata), idxs=names, meta_partial=entry.idxs is not None)
 
 
 def convert(batch: Batch, catalog: Catalog, max_entries: int) -> list[Change]:
@@ -175,10 +172,23 @@ async def one_shot_rows(conn: asyncpg.Connection, catalog: Catalog, batch_id: st
     return ONE_SHOT
 
 
+async def apply_one_shot(conn: asyncpg.Connection, catalog: Catalog, batch: Batch,
+                         changes: list[Change]) -> BatchResult:
+    """Stage and commit a batch at once; must run inside a transaction. Its rows go through the
+    temporary table and its text profile stays in memory: nobody else ever sees them."""
+    rows = await one_shot_rows(conn, catalog, batch.batch_id)
+    profile = StagedProfile()
+    await stage(conn, catalog, batch, changes, rows, profile)
+    return await commit(conn, catalog, batch.batch_id, rows, profile)
+
+
 async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, changes: list[Change],
-                rows: str = STAGED) -> str:
+                rows: str = STAGED, profile: StagedProfile | None = None) -> str:
     """Write the batch's rows to ``rows`` (catalog_staged, replacing an earlier staging of the same
-    id). Returns the batch state found: 'committed' means nothing was done."""
+    id). Returns the batch state found: 'committed' means nothing was done.
+
+    The text profile of the rows is counted into ``profile`` if given (a commit in the same
+    transaction takes it from there), else kept with the batch for a later commit."""
     state = await _lock_or_create(conn, catalog, batch.batch_id, "staged", batch.clear, len(changes))
     if state == "committed":
         return state
@@ -201,7 +211,8 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
     }
     text_names = [name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)]
     cell_names = [name for name in text_names if catalog.schema.indexes[name].has_cells]
-    profile = StagedProfile()
+    keep_profile = profile is None
+    profile = StagedProfile() if profile is None else profile
     records = []
     for seq, change in enumerate(changes):
         if change.op == "unindex":
@@ -245,7 +256,7 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
                                 len(missing_rids))
         for i, row in zip(missing_rids, rids, strict=True):
             records[i] = records[i][:5] + (row["rid"],) + records[i][6:]
-    if text_names:
+    if text_names and keep_profile:
         await conn.execute("update catalog_batch set profile = $3 where catalog_id = $1 and batch_id = $2",
                            catalog.id, batch.batch_id, _dumps(profile.as_json()))
     if records:
@@ -260,8 +271,10 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
     return "staged"
 
 
-async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows: str = STAGED) -> BatchResult:
-    """Apply a staged batch (its rows in ``rows``); must run inside a transaction."""
+async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows: str = STAGED,
+                 profile: StagedProfile | None = None) -> BatchResult:
+    """Apply a staged batch (its rows in ``rows``); must run inside a transaction. ``profile``:
+    the rows' text profile when they were staged in this transaction (else the batch's own)."""
     batch = await conn.fetchrow(
         "select state, clear, entries, profile from catalog_batch where catalog_id = $1 and batch_id = $2 "
         "for update", catalog.id, batch_id)
@@ -324,13 +337,13 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
         f"s.delta_text, s.delta_meta, s.version {staged} and s.idxs is not null and {fresh} "
         f"and not exists (select 1 from {table} t where t.uid = s.uid) "
         f"on conflict do nothing returning uid", cat, bid)
-    entries, profile = batch["entries"], batch["profile"]
+    entries = batch["entries"]
     if text_indexes:
         applied_all = len(removed) + len(full) + len(partial) + len(new_partial) == entries
         after = None
-        if not before[0] and applied_all and profile is not None:
+        if not before[0] and applied_all:
             # New objects only, all applied: the rows are exactly as staged.
-            after = _profile_from_json(profile)
+            after = profile.counts() if profile is not None else _profile_from_json(batch["profile"])
         if after is None:
             after = await _text_profile(conn, catalog, bid, text_indexes, rows)
         await _apply_text_delta(conn, cat, before, after)
@@ -398,13 +411,20 @@ class StagedProfile:
         else:
             self.df.setdefault(name, Counter()).update(set(words))
 
+    def counts(self) -> TextProfile:
+        df = {(name, word): n for name, words in self.df.items() for word, n in words.items()}
+        found = {(name, w, fb, lb): n for name, counts in self.cells.items() for (fb, lb, w), n in counts.items()}
+        return {name: (d, w) for name, (d, w) in self.docs.items()}, df, found
+
     def as_json(self) -> dict:
         return {"docs": self.docs, "df": self.df,
                 "cells": {name: [[w, fb, lb, n] for (fb, lb, w), n in counts.items()]
                           for name, counts in self.cells.items()}}
 
 
-def _profile_from_json(text: str) -> TextProfile | None:
+def _profile_from_json(text: str | None) -> TextProfile | None:
+    if text is None:
+        return None  # staged without text indexes
     data = orjson.loads(text)
     if "cells" not in data:
         return None  # staged by a version without cells: recount from the rows

@@ -9,6 +9,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 import asyncpg
 import orjson
@@ -17,8 +18,9 @@ from catalog_schemas.api import CatalogCreate, IndexDeclaration, SchemaUpdate
 
 from ..errors import BadRequest, Conflict, NotFound
 from ..indexes import make_index
-from ..indexes.base import index_ident
-from ..indexes.simple import STATISTICS_SUFFIXES
+from ..indexes.base import MISSING, index_ident
+from ..indexes.path import ExtendedPathIndex
+from ..indexes.simple import STATISTICS_SUFFIXES, DateRangeIndex
 from ..indexes.text import CELLS_SUFFIX
 from ..planner.plan import CatalogSchema
 
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 # Plone-sized rows, at a larger heap); larger rows are still compressed, with lz4 where the server
 # has it.
 TOAST_TARGET_OPTION = "toast_tuple_target=8160"
+# The DateRangeIndex value of an object without one (copied for each object).
+OPEN_RANGE = (None, None)
 # A catalog's text statistics (lexicon, documents and words, score cells), emptied with its rows.
 TEXT_TABLES = ("catalog_lexicon", "catalog_text_stats", "catalog_text_cell")
 # The (quoted) name in an index's "create index if not exists <name> on ..." statement.
@@ -65,6 +69,18 @@ class Catalog:
     @property
     def table(self) -> str:
         return self.schema.table
+
+    @cached_property
+    def entry_slots(self) -> dict[str, tuple]:
+        """Per index an entry can fill: (its ``stored`` conversion, the value of an object that
+        has none, or MISSING). Computed once per catalog version, for the conversion of batches."""
+        slots = {}
+        for name, index in self.schema.indexes.items():
+            if isinstance(index, ExtendedPathIndex) and index.physical:
+                continue  # the row's own path columns
+            # ZCatalog indexes every object in a DateRangeIndex, open at both ends.
+            slots[name] = (index.stored, OPEN_RANGE if isinstance(index, DateRangeIndex) else MISSING)
+        return slots
 
     def token_matches(self, token: str) -> bool:
         return hmac.compare_digest(hash_token(token), self.token_hash)
