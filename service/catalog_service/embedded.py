@@ -44,9 +44,24 @@ def shared_buffers() -> str:
 MAX_CONNECTIONS = 300
 
 
+# Bulk indexing writes about 9 kB of WAL per object (the row and its index entries). With the
+# default 1GB, a rebuild of a million objects checkpoints every hundred thousand, and every page
+# first touched after a checkpoint goes to the WAL whole again: 22% more WAL and 14% more server
+# CPU at 200k objects than with 8GB (docs/deploy.md).
+RELOADABLE = {"max_wal_size": ("8GB", "8192"), "checkpoint_timeout": ("30min", "1800")}
+
+
 def _tuned(server, pgdata: Path):
     """Apply ``shared_buffers`` and ``max_connections`` (once: they need a restart, and ALTER
-    SYSTEM keeps them)."""
+    SYSTEM keeps them), and the RELOADABLE settings (a reload)."""
+    names = ", ".join(f"'{name}'" for name in RELOADABLE)
+    found = {line.strip() for line in server.psql(
+        f"select name || '=' || setting from pg_settings where name in ({names})").splitlines()}
+    stale = [name for name, (_, setting) in RELOADABLE.items() if f"{name}={setting}" not in found]
+    for name in stale:
+        server.psql(f"alter system set {name} = '{RELOADABLE[name][0]}'")
+    if stale:
+        server.psql("select pg_reload_conf()")
     want = {"shared_buffers": shared_buffers(), "max_connections": str(MAX_CONNECTIONS)}
     current = server.psql(
         "select 'shared_buffers=' || (setting::bigint * 8 / 1024) || 'MB' from pg_settings "

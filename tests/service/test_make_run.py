@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psycopg
 
 from tests.live import free_port
 
@@ -43,6 +44,11 @@ def test_serve_demo_on_a_fresh_embedded_postgresql(tmp_path):
         answer = httpx.get(base + "/search", params={"catalog": "demo", "q": json.dumps(listing), "b_size": 5}).json()
         assert answer["items_total"] > 0
         assert all(item["path"].startswith("/plone/section-0/folder-3/") for item in answer["items"])
+        # A fresh embedded server gets the WAL settings for bulk indexing (embedded.RELOADABLE).
+        with psycopg.connect(f"postgresql://postgres:@/postgres?host={pgdata}") as conn:
+            settings = dict(conn.execute("select name, setting from pg_settings "
+                                         "where name in ('max_wal_size', 'checkpoint_timeout')").fetchall())
+        assert settings == {"max_wal_size": "8192", "checkpoint_timeout": "1800"}
     finally:
         server.terminate()
         output = server.communicate(timeout=30)[0]
