@@ -152,6 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Routes are matched in order: the searches, the hot path, come first.
     for module in (search, batches, catalogs, health):
         app.include_router(module.router)
+    app.router.routes[:0] = search.FAST_ROUTES
 
     return app
 

@@ -493,3 +493,35 @@ def test_text_query_paged_past_the_end(admin, catalog):
     commit(admin, name, [entry("a", "/plone/a", text="plone folder")])
     result = query(admin, name, {"SearchableText": "plone AND folder"}, b_start=12, b_size=4)
     assert result["items"] == [] and result["items_total"] == 1
+
+
+def test_the_query_route_is_the_plain_starlette_route_and_answers_like_the_api(admin, catalog):
+    """POST /catalogs/{name}/query is served by a Starlette route matched before FastAPI's (speed);
+    its answers and errors are those of the API: problem details, metrics under the route's path."""
+    from starlette.routing import Match
+
+    from catalog_service.api.search import FAST_ROUTES
+    from catalog_service.app import create_app
+
+    app = create_app()
+    scope = {"type": "http", "method": "POST", "path": "/catalogs/x/query"}
+    first = next(r for r in app.router.routes if r.matches(scope)[0] == Match.FULL)
+    assert first is FAST_ROUTES[0]
+
+    name, _ = catalog
+    commit(admin, name, [entry("a", "/plone/a"), entry("b", "/plone/b", portal_type="News Item")])
+    assert uids(query(admin, name, {"portal_type": "News Item"})) == ["b"]
+    cases = [
+        (admin.post(f"/catalogs/{name}/query", content=b"{not json", headers=UNRESTRICTED), 422),
+        (admin.post(f"/catalogs/{name}/query", json={"query": {}, "b_size": "x"}, headers=UNRESTRICTED), 422),
+        (httpx.post(admin.base_url.join(f"/catalogs/{name}/query"), json={"query": {}},
+                    headers={"Authorization": "Bearer not-a-token"}), 401),
+        (admin.post("/catalogs/no-such-catalog/query", json={"query": {}}, headers=UNRESTRICTED), 404),
+        (admin.get(f"/catalogs/{name}/query"), 405),
+    ]
+    for response, status in cases:
+        assert response.status_code == status, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json()["status"] == status
+    metrics = admin.get("/metrics").text
+    assert 'route="/catalogs/{name}/query"' in metrics, [line for line in metrics.splitlines() if "requests_total{" in line]

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from starlette.routing import Route
 
 from catalog_schemas.api import SearchRequest, SearchResult
 
@@ -68,6 +69,27 @@ async def run_search(request: Request, name: str, body: SearchRequest) -> Respon
 async def query_catalog(name: str, request: Request):
     body = await read_body(request, SearchRequest)
     return await run_search(request, name, body)
+
+
+async def _query_catalog_route(request: Request) -> Response:
+    return await query_catalog(request.path_params["name"], request)
+
+
+# The connector's query route again, as a plain Starlette route that the application matches
+# before FastAPI's: FastAPI's own dispatch (its router layers, dependency solving for the path
+# parameter) was a tenth of a folder listing's time in the service (0.2 ms of 1.9, measured in
+# process). The middleware and the problem-details handlers apply as to every route; the FastAPI
+# route above stays for the OpenAPI description.
+class _PlainRoute(Route):
+    """A Starlette route that names itself in the scope, as FastAPI's router does only for its own
+    routes (the Observe middleware labels its metrics with the route's path)."""
+
+    async def handle(self, scope, receive, send) -> None:
+        scope["route"] = self
+        await super().handle(scope, receive, send)
+
+
+FAST_ROUTES = [_PlainRoute("/catalogs/{name}/query", _query_catalog_route, methods=["POST"])]
 
 
 @router.post("/search", response_model=SearchResult, openapi_extra={**body_schema(SearchRequest), **HEADERS})
