@@ -45,7 +45,9 @@ def test_serve_demo_on_a_fresh_embedded_postgresql(tmp_path):
         assert answer["items_total"] > 0
         assert all(item["path"].startswith("/plone/section-0/folder-3/") for item in answer["items"])
         # A fresh embedded server gets the WAL settings for bulk indexing (embedded.RELOADABLE).
-        with psycopg.connect(f"postgresql://postgres:@/postgres?host={pgdata}") as conn:
+        # postmaster.pid names the socket directory (not always the data directory).
+        socket_dir = (pgdata / "postmaster.pid").read_text().splitlines()[4]
+        with psycopg.connect(f"postgresql://postgres:@/postgres?host={socket_dir}") as conn:
             settings = dict(conn.execute("select name, setting from pg_settings "
                                          "where name in ('max_wal_size', 'checkpoint_timeout')").fetchall())
         assert settings == {"max_wal_size": "8192", "checkpoint_timeout": "1800"}

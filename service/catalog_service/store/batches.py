@@ -175,7 +175,8 @@ async def one_shot_rows(conn: asyncpg.Connection, catalog: Catalog, batch_id: st
 async def apply_one_shot(conn: asyncpg.Connection, catalog: Catalog, batch: Batch,
                          changes: list[Change]) -> BatchResult:
     """Stage and commit a batch at once; must run inside a transaction. Its rows go through the
-    temporary table and its text profile stays in memory: nobody else ever sees them."""
+    temporary table (or replace those of the same id if it was staged before) and its text
+    profile stays in memory: nobody else needs either."""
     rows = await one_shot_rows(conn, catalog, batch.batch_id)
     profile = StagedProfile()
     await stage(conn, catalog, batch, changes, rows, profile)
