@@ -523,5 +523,9 @@ def test_the_query_route_is_the_plain_starlette_route_and_answers_like_the_api(a
         assert response.status_code == status, response.text
         assert response.headers["content-type"] == "application/problem+json"
         assert response.json()["status"] == status
+    options = admin.options(f"/catalogs/{name}/query")
+    assert options.status_code == 405 and options.headers["allow"] == "POST", (options.status_code, options.headers)
+    assert options.headers["content-type"] == "application/problem+json"
+    assert "post" in admin.get("/openapi.json").json()["paths"]["/catalogs/{name}/query"]
     metrics = admin.get("/metrics").text
     assert 'route="/catalogs/{name}/query"' in metrics, [line for line in metrics.splitlines() if "requests_total{" in line]

@@ -67,17 +67,24 @@ def test_unknown_catalog_names_do_not_become_metric_labels(service):
     assert made_up not in get(service, "/metrics").text
 
 
-def test_search_body_size_is_capped(service, secret_catalog):
+def _search_path(route: str, catalog: str) -> str:
+    # The frontends' route and the connector's (a plain Starlette route, api/search.py).
+    return f"/search?catalog={catalog}" if route == "search" else f"/catalogs/{catalog}/query"
+
+
+@pytest.mark.parametrize("route", ["search", "query"])
+def test_search_body_size_is_capped(service, secret_catalog, route):
     # 8 MiB is far beyond any ZCatalog query; the values sit under a key that is no index, so
     # no per-value limit applies.
     body = {"query": {"portal_type": "Document", "not_an_index": ["x" * 1024] * 8192}}
-    response = post(service, f"/search?catalog={secret_catalog}", json=body)
+    response = post(service, _search_path(route, secret_catalog), json=body)
     assert response.status_code == 413, response.status_code
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["status"] == 413
 
 
-def test_chunked_search_body_is_capped_while_it_arrives(service, secret_catalog):
+@pytest.mark.parametrize("route", ["search", "query"])
+def test_chunked_search_body_is_capped_while_it_arrives(service, secret_catalog, route):
     # No Content-Length: the service counts what arrives and stops before parsing.
     def chunks():
         yield b'{"query": {"portal_type": "Document", "not_an_index": ["'
@@ -85,7 +92,7 @@ def test_chunked_search_body_is_capped_while_it_arrives(service, secret_catalog)
             yield b"x" * 1024
         yield b'"]}}'
 
-    response = post(service, f"/search?catalog={secret_catalog}", content=chunks(),
+    response = post(service, _search_path(route, secret_catalog), content=chunks(),
                     headers={"Content-Type": "application/json"})
     assert response.status_code == 413, response.text
     assert response.json()["status"] == 413

@@ -44,7 +44,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        return problem(exc.status_code, str(exc.detail), None, str(request.url.path))
+        response = problem(exc.status_code, str(exc.detail), None, str(request.url.path))
+        # The exception's headers belong to the answer: Allow on a 405 (RFC 9110 requires it).
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
