@@ -237,3 +237,24 @@ def test_review_helpers_reach_the_service(service, name):
     assert unrestricted_query(service, name, {"portal_type": "Document"}) == ["x"]
     anonymous = post(service, f"/search?catalog={name}", json={"query": {"portal_type": "Document"}})
     assert [i["uid"] for i in anonymous.json()["items"]] == ["x"]
+
+
+def test_one_shot_of_an_id_staged_meanwhile_leaves_no_staged_rows(fresh_db):
+    """A one-shot batch looks for a staging of its id (one_shot_rows), finds none and goes through
+    its temporary table; another connection stages the same id before the one-shot's stage. The
+    one-shot's rows win and the other staging's rows must not stay behind in catalog_staged."""
+    async def scenario(first, second, catalog):
+        mine, theirs = _batch("b9", uid="mine"), _batch("b9", uid="theirs")
+        transaction = first.transaction()
+        await transaction.start()
+        rows = await batches.one_shot_rows(first, catalog, "b9")
+        assert rows == batches.ONE_SHOT
+        assert await _stage_in_transaction(second, catalog, theirs) == "staged"
+        await batches.stage(first, catalog, mine, batches.convert(mine, catalog, 100), rows)
+        result = await batches.commit(first, catalog, "b9", rows)
+        await transaction.commit()
+        assert (result.state, result.applied) == ("committed", 1)
+        assert await first.fetchval("select count(*) from catalog_staged where batch_id = 'b9'") == 0
+        assert [r["uid"] for r in await first.fetch(f"select uid from {catalog.table}")] == ["mine"]
+
+    _run_race(fresh_db, scenario)

@@ -196,9 +196,12 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
     if state == "aborted":
         raise Conflict(f"batch {batch.batch_id!r} was aborted; use a new batch id")
     if state == "staged":
-        # Staged again (a retry, or a transaction that changed more): the new rows replace the old.
-        await conn.execute(f"delete from {rows} where catalog_id = $1 and batch_id = $2",
-                           catalog.id, batch.batch_id)
+        # Staged again (a retry, or a transaction that changed more): the new rows replace the old,
+        # wherever they are. A one-shot batch that found no staging of its id (its rows go to the
+        # temporary table) can find one here, made by another connection in between.
+        for table in dict.fromkeys((rows, STAGED)):
+            await conn.execute(f"delete from {table} where catalog_id = $1 and batch_id = $2",
+                               catalog.id, batch.batch_id)
         await conn.execute(
             "update catalog_batch set entries = $3, clear = $4, created = now() "
             "where catalog_id = $1 and batch_id = $2",
