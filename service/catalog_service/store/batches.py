@@ -9,6 +9,7 @@ per-object versions make an older change lose against a newer one.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,6 +173,55 @@ async def one_shot_rows(conn: asyncpg.Connection, catalog: Catalog, batch_id: st
     return ONE_SHOT
 
 
+# Rows built on the event loop: a few take well under a millisecond.
+INLINE_ROWS = 20
+
+
+def _staged_records(catalog: Catalog, batch: Batch, changes: list[Change], existing: dict,
+                    profile: StagedProfile) -> list[tuple]:
+    """The rows of catalog_staged for ``changes`` (rid None for new objects), the text profile
+    counted into ``profile``. ``existing``: the catalog's rows of the batch's objects, by uid."""
+    text_names = [name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)]
+    cell_names = [name for name in text_names if catalog.schema.indexes[name].has_cells]
+    records = []
+    for seq, change in enumerate(changes):
+        if change.op == "unindex":
+            records.append((catalog.id, batch.batch_id, seq, "unindex", change.uid, None, None, None, None,
+                            None, None, None, None, None, None, None, None, change.version))
+            continue
+        old = existing.get(change.uid)
+        if old is not None and change.idxs is None and not batch.clear:
+            # ZCTextIndex keeps an object's words when its new value is not text (None).
+            kept = [n for n in text_names if n not in change.idx]
+            if kept:
+                old_idx = orjson.loads(old["idx"])
+                change.idx.update({n: old_idx[n] for n in kept if n in old_idx})
+        # A partial reindex replaces the indexes it names, except a text index without a text
+        # value: ZCTextIndex keeps the object's words then (as the full reindex above does).
+        replaced = None if change.idxs is None else [
+            n for n in change.idxs if n not in text_names or n in change.idx]
+        if change.idxs is None or old is None or batch.clear:
+            idx, meta = change.idx, change.meta
+        else:
+            idx = {k: v for k, v in orjson.loads(old["idx"]).items() if k not in replaced}
+            idx.update(change.idx)
+            meta = {**orjson.loads(old["meta"]), **change.meta}
+        partial = change.idxs is not None
+        records.append((
+            catalog.id, batch.batch_id, seq, "index", change.uid,
+            old["rid"] if old is not None else None,
+            change.path, parent_of(change.path), len(components(change.path)),
+            _allowed(idx), _dumps(_without(idx, text_names)), _dumps(_text_doc(idx, text_names, cell_names, profile)),
+            _dumps(meta),
+            replaced,
+            _dumps(_without(change.idx, text_names)) if partial else None,
+            _dumps(_text_doc(change.idx, text_names, cell_names)) if partial else None,
+            _dumps(change.meta) if partial else None,
+            change.version,
+        ))
+    return records
+
+
 async def apply_one_shot(conn: asyncpg.Connection, catalog: Catalog, batch: Batch,
                          changes: list[Change]) -> BatchResult:
     """Stage and commit a batch at once; must run inside a transaction. Its rows go through the
@@ -214,45 +264,14 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
                                   f"where uid = any($1::text[])", uids)
     }
     text_names = [name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)]
-    cell_names = [name for name in text_names if catalog.schema.indexes[name].has_cells]
     keep_profile = profile is None
     profile = StagedProfile() if profile is None else profile
-    records = []
-    for seq, change in enumerate(changes):
-        if change.op == "unindex":
-            records.append((catalog.id, batch.batch_id, seq, "unindex", change.uid, None, None, None, None,
-                            None, None, None, None, None, None, None, None, change.version))
-            continue
-        old = existing.get(change.uid)
-        if old is not None and change.idxs is None and not batch.clear:
-            # ZCTextIndex keeps an object's words when its new value is not text (None).
-            kept = [n for n in text_names if n not in change.idx]
-            if kept:
-                old_idx = orjson.loads(old["idx"])
-                change.idx.update({n: old_idx[n] for n in kept if n in old_idx})
-        # A partial reindex replaces the indexes it names, except a text index without a text
-        # value: ZCTextIndex keeps the object's words then (as the full reindex above does).
-        replaced = None if change.idxs is None else [
-            n for n in change.idxs if n not in text_names or n in change.idx]
-        if change.idxs is None or old is None or batch.clear:
-            idx, meta = change.idx, change.meta
-        else:
-            idx = {k: v for k, v in orjson.loads(old["idx"]).items() if k not in replaced}
-            idx.update(change.idx)
-            meta = {**orjson.loads(old["meta"]), **change.meta}
-        partial = change.idxs is not None
-        records.append((
-            catalog.id, batch.batch_id, seq, "index", change.uid,
-            old["rid"] if old is not None else None,
-            change.path, parent_of(change.path), len(components(change.path)),
-            _allowed(idx), _dumps(_without(idx, text_names)), _dumps(_text_doc(idx, text_names, cell_names, profile)),
-            _dumps(meta),
-            replaced,
-            _dumps(_without(change.idx, text_names)) if partial else None,
-            _dumps(_text_doc(change.idx, text_names, cell_names)) if partial else None,
-            _dumps(change.meta) if partial else None,
-            change.version,
-        ))
+    if len(changes) > INLINE_ROWS:
+        # Thousands of rows of JSON: in a thread, like the conversion (api/batches.py), so that the
+        # worker's queries are not held meanwhile.
+        records = await asyncio.to_thread(_staged_records, catalog, batch, changes, existing, profile)
+    else:
+        records = _staged_records(catalog, batch, changes, existing, profile)
     missing_rids = [i for i, r in enumerate(records) if r[3] == "index" and r[5] is None]
     if missing_rids:
         # New objects get their rid now, so overlay queries and the commit agree on it.
