@@ -496,7 +496,7 @@ def test_text_query_paged_past_the_end(admin, catalog):
 
 
 def test_the_query_route_is_the_plain_starlette_route_and_answers_like_the_api(admin, catalog):
-    """POST /catalogs/{name}/query is served by a Starlette route matched before FastAPI's (speed);
+    """POST /catalogs/{name}/query and /search are served by Starlette routes matched before FastAPI's (speed);
     its answers and errors are those of the API: problem details, metrics under the route's path."""
     from starlette.routing import Match
 
@@ -504,9 +504,10 @@ def test_the_query_route_is_the_plain_starlette_route_and_answers_like_the_api(a
     from catalog_service.app import create_app
 
     app = create_app()
-    scope = {"type": "http", "method": "POST", "path": "/catalogs/x/query"}
-    first = next(r for r in app.router.routes if r.matches(scope)[0] == Match.FULL)
-    assert first is FAST_ROUTES[0]
+    for method, path, route in [("POST", "/catalogs/x/query", FAST_ROUTES[0]), ("GET", "/search", FAST_ROUTES[1]),
+                                ("POST", "/search", FAST_ROUTES[1])]:
+        scope = {"type": "http", "method": method, "path": path}
+        assert next(r for r in app.router.routes if r.matches(scope)[0] == Match.FULL) is route
 
     name, _ = catalog
     commit(admin, name, [entry("a", "/plone/a"), entry("b", "/plone/b", portal_type="News Item")])
@@ -527,5 +528,20 @@ def test_the_query_route_is_the_plain_starlette_route_and_answers_like_the_api(a
     assert options.status_code == 405 and options.headers["allow"] == "POST", (options.status_code, options.headers)
     assert options.headers["content-type"] == "application/problem+json"
     assert "post" in admin.get("/openapi.json").json()["paths"]["/catalogs/{name}/query"]
+    assert admin.head("/search", params={"catalog": name}).status_code == 405  # as FastAPI's GET route
+    assert uids(admin.get("/search", params={"catalog": name, "portal_type": "News Item"},
+                          headers=UNRESTRICTED).json()) == ["b"]
+    assert uids(admin.post("/search", params={"catalog": name}, json={"query": {"portal_type": "News Item"}},
+                           headers=UNRESTRICTED).json()) == ["b"]
     metrics = admin.get("/metrics").text
+    assert 'route="/search"' in metrics
     assert 'route="/catalogs/{name}/query"' in metrics, [line for line in metrics.splitlines() if "requests_total{" in line]
+
+
+def test_search_without_a_catalog_names_the_missing_parameter(live_service):
+    with live_service.client() as client:
+        for response in (client.get("/search", params={"portal_type": "Document"}),
+                         client.post("/search", json={"query": {}})):
+            assert response.status_code == 422, response.text
+            assert response.headers["content-type"] == "application/problem+json"
+            assert [e["loc"] for e in response.json()["errors"]] == [["query", "catalog"]]
