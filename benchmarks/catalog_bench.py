@@ -325,12 +325,15 @@ def time_zcatalog(oracle, q: PloneQuery, repeat: int, budget: float) -> tuple[li
     return times, {"items": len(page), "total": results.actual_result_count, "paths": [p[0] for p in page]}
 
 
+SAME, TIES, DIFFERENT = "same", "same up to ties", "DIFFERENT"
+
+
 def page_agreement(oracle, q: PloneQuery, mine: list[str], theirs: list[str]) -> str:
-    """How the service's page compares with ZCatalog's: '' if equal, else whether only objects with
-    equal sort keys (or relevance scores) are in another order, which ZCatalog leaves to its random
-    record ids (the differential tests allow it too)."""
+    """How the service's page compares with ZCatalog's: the same, the same but for the order of
+    objects with equal sort keys (or relevance scores), which ZCatalog leaves to its random record
+    ids (the differential tests allow it too), or different."""
     if mine == theirs:
-        return ""
+        return SAME
     from DateTime import DateTime
 
     internal = oracle.catalog._catalog
@@ -345,9 +348,7 @@ def page_agreement(oracle, q: PloneQuery, mine: list[str], theirs: list[str]) ->
         query = {k: v for k, v in zcatalog_query(q, DateTime()).items() if k not in ("b_start", "b_size")}
         scores = {b.getPath(): b.data_record_score_ for b in oracle.catalog.searchResults(query)}
         key = scores.get
-    if [key(p) for p in mine] == [key(p) for p in theirs]:
-        return ", page differs only in the order of equal sort keys"
-    return ", PAGE DIFFERS"
+    return TIES if [key(p) for p in mine] == [key(p) for p in theirs] else DIFFERENT
 
 
 # -- the floor and the machine ---------------------------------------------------------------------
@@ -393,6 +394,7 @@ class Row:
     zcatalog: list[float] | None = None
     zcatalog_answer: dict | None = None
     rps: float | None = None
+    agreement: str | None = None  # the page against ZCatalog's (page_agreement)
 
 
 @dataclass
@@ -436,6 +438,7 @@ def measure_size(run: Run, service: Service, dsn: str, size: int) -> None:
             row = Row(size, q.label, times, answer)
             if oracle is not None:
                 row.zcatalog, row.zcatalog_answer = time_zcatalog(oracle, q, args.queries, args.budget)
+                row.agreement = page_agreement(oracle, q, answer["paths"], row.zcatalog_answer["paths"])
             row.rps, run.load_tool = throughput(service.url, req, args.seconds, args.connections)
             run.rows.append(row)
             zc = row.zcatalog_answer
@@ -443,7 +446,7 @@ def measure_size(run: Run, service: Service, dsn: str, size: int) -> None:
                   f"p95 {pct(times, .95):8.2f}"
                   + (f"  ZCatalog p50 {pct(row.zcatalog, .5):8.2f} p95 {pct(row.zcatalog, .95):8.2f} "
                      f"({zc['total']} found{'' if zc['total'] == answer['total'] else ', DIFFERENT COUNT'}"
-                     f"{page_agreement(oracle, q, answer['paths'], zc['paths'])})"
+                     f", page {row.agreement})"
                      if zc else "")
                   + (f"  {row.rps:,.0f} req/s" if row.rps else ""), flush=True)
     del oracle
@@ -527,11 +530,13 @@ def report(run: Run) -> str:
         "the effective-date filter), and the folder listing also as an anonymous GET /search. ZCatalog "
         "in-process with the same allowedRolesAndUsers and effectiveRange, reading path, Title, portal_type "
         "and modified of each brain of the page. req/s: the service with concurrent connections "
-        f"({run.load_tool}).",
+        f"({run.load_tool}). Page as ZCatalog's: the same objects in the same order, or the same up to "
+        "the order of objects with equal sort keys or scores (ZCatalog breaks such ties by its random "
+        "record ids), or different.",
         "",
         "| objects | query | found | page | service p50 | service p95 | ZCatalog p50 | ZCatalog p95 | "
-        "service / ZCatalog (p50) | service / floor (p50) | req/s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "service / ZCatalog (p50) | service / floor (p50) | req/s | page as ZCatalog's |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in run.rows:
         s50, s95 = pct(r.service, .5), pct(r.service, .95)
@@ -543,7 +548,7 @@ def report(run: Run) -> str:
         size_floor = run.floors.get(r.size, floor)
         fl = f"{s50 / size_floor['p50']:.2f}" if size_floor.get("p50") else "-"
         lines.append(f"| {r.size:,} | {r.label} | {found} | {r.service_answer['items']:,} | {s50:.2f} | "
-                     f"{s95:.2f} | {zc} | {fl} | {f'{r.rps:,.0f}' if r.rps else '-'} |")
+                     f"{s95:.2f} | {zc} | {fl} | {f'{r.rps:,.0f}' if r.rps else '-'} | {r.agreement or '-'} |")
     lines += ["", "## Floor", ""]
     if floor:
         lines.append(f"A bare FastAPI + asyncpg folder listing (100k rows, 20 per page) on the same PostgreSQL "
