@@ -76,6 +76,8 @@ class Index:
     operators: ClassVar[tuple[str, ...]] = ("or", "and")
     default_operator: ClassVar[str] = "or"
     sortable: ClassVar[bool] = False
+    # The value of an object that has none for this index (MISSING: it is not in the index).
+    absent_value: ClassVar[Any] = MISSING
     # False for indexes that never parse their query (ZCatalog's non-IQueryIndex ones).
     checks_options: ClassVar[bool] = True
 

@@ -59,6 +59,7 @@ class DateRangeIndex(Index):
 
     type_name = "DateRangeIndex"
     query_options = ("query",)
+    absent_value = (None, None)  # ZCatalog indexes every object, open at both ends
     floor_value = -510162480
     ceiling_value = 278751600
 

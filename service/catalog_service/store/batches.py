@@ -22,7 +22,7 @@ from catalog_schemas.api import Batch, BatchResult, IndexEntry, UnindexEntry
 from ..errors import BadRequest, Conflict, LimitExceeded, NotFound
 from ..indexes import MISSING, BadValue
 from ..indexes.path import ExtendedPathIndex, components, normalise, parent_of
-from ..indexes.text import CELLS_SUFFIX, ZCTextIndex
+from ..indexes.text import CELLS_SUFFIX
 from ..text.cells import cells
 from .catalogs import TEXT_TABLES, Catalog
 
@@ -181,7 +181,7 @@ def _staged_records(catalog: Catalog, batch: Batch, changes: list[Change], exist
                     profile: StagedProfile) -> list[tuple]:
     """The rows of catalog_staged for ``changes`` (rid None for new objects), the text profile
     counted into ``profile``. ``existing``: the catalog's rows of the batch's objects, by uid."""
-    text_names = [name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)]
+    text_names = catalog.text_indexes
     cell_names = [name for name in text_names if catalog.schema.indexes[name].has_cells]
     records = []
     for seq, change in enumerate(changes):
@@ -263,7 +263,7 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
         for r in await conn.fetch(f"select uid, rid, (idx || text)::text as idx, meta::text as meta from {catalog.table} "
                                   f"where uid = any($1::text[])", uids)
     }
-    text_names = [name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)]
+    text_names = catalog.text_indexes
     keep_profile = profile is None
     profile = StagedProfile() if profile is None else profile
     if len(changes) > INLINE_ROWS:
@@ -325,7 +325,7 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
             await conn.execute(f"delete from {table_name} where catalog_id = $1", cat)
 
     staged = f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2"
-    text_indexes = [name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)]
+    text_indexes = catalog.text_indexes
     if text_indexes:
         before = await _text_profile(conn, catalog, bid, text_indexes, rows)
     removed = await conn.fetch(
@@ -387,7 +387,7 @@ async def compare(conn: asyncpg.Connection, catalog: Catalog, changes: list[Chan
         for r in await conn.fetch(f"select uid, path, (idx || text)::text as idx, meta::text as meta from {catalog.table} "
                                   f"where uid = any($1::text[])", [c.uid for c in changes])
     }
-    text_names = {name for name, index in catalog.schema.indexes.items() if isinstance(index, ZCTextIndex)}
+    text_names = set(catalog.text_indexes)
     results = {}
     for change in changes:
         row = rows.get(change.uid)

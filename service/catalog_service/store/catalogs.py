@@ -18,10 +18,10 @@ from catalog_schemas.api import CatalogCreate, IndexDeclaration, SchemaUpdate
 
 from ..errors import BadRequest, Conflict, NotFound
 from ..indexes import make_index
-from ..indexes.base import MISSING, index_ident
+from ..indexes.base import index_ident
 from ..indexes.path import ExtendedPathIndex
-from ..indexes.simple import STATISTICS_SUFFIXES, DateRangeIndex
-from ..indexes.text import CELLS_SUFFIX
+from ..indexes.simple import STATISTICS_SUFFIXES
+from ..indexes.text import CELLS_SUFFIX, ZCTextIndex
 from ..planner.plan import CatalogSchema
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,6 @@ log = logging.getLogger(__name__)
 # Plone-sized rows, at a larger heap); larger rows are still compressed, with lz4 where the server
 # has it.
 TOAST_TARGET_OPTION = "toast_tuple_target=8160"
-# The DateRangeIndex value of an object without one (copied for each object).
-OPEN_RANGE = (None, None)
 # A catalog's text statistics (lexicon, documents and words, score cells), emptied with its rows.
 TEXT_TABLES = ("catalog_lexicon", "catalog_text_stats", "catalog_text_cell")
 # The (quoted) name in an index's "create index if not exists <name> on ..." statement.
@@ -72,15 +70,15 @@ class Catalog:
 
     @cached_property
     def entry_slots(self) -> dict[str, tuple]:
-        """Per index an entry can fill: (its ``stored`` conversion, the value of an object that
-        has none, or MISSING). Computed once per catalog version, for the conversion of batches."""
-        slots = {}
-        for name, index in self.schema.indexes.items():
-            if isinstance(index, ExtendedPathIndex) and index.physical:
-                continue  # the row's own path columns
-            # ZCatalog indexes every object in a DateRangeIndex, open at both ends.
-            slots[name] = (index.stored, OPEN_RANGE if isinstance(index, DateRangeIndex) else MISSING)
-        return slots
+        """Per index an entry can fill: (its ``stored`` conversion, its ``absent_value``). Computed
+        once per catalog version, for the conversion of batches."""
+        return {name: (index.stored, index.absent_value) for name, index in self.schema.indexes.items()
+                if not (isinstance(index, ExtendedPathIndex) and index.physical)}  # the row's own columns
+
+    @cached_property
+    def text_indexes(self) -> list[str]:
+        """The names of the catalog's ZCTextIndexes, whose words live in the row's ``text``."""
+        return [name for name, index in self.schema.indexes.items() if isinstance(index, ZCTextIndex)]
 
     def token_matches(self, token: str) -> bool:
         return hmac.compare_digest(hash_token(token), self.token_hash)
