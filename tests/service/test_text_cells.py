@@ -20,7 +20,7 @@ from catalog_service.store import batches
 from catalog_service.store.catalogs import CatalogRegistry
 from catalog_service.store.migrations import available, migrate
 from catalog_service.text import index_words
-from catalog_service.text.cells import BOUNDS, bucket, cells
+from catalog_service.text.cells import BOUNDS, bucket, cell_labels, cells
 from tests.pg import create_database, drop_database
 from tests.service.test_store import connect
 
@@ -77,6 +77,18 @@ def test_cells_in_sql_are_the_python_cells(db, words):
 
     got = run(db, work)
     assert Counter(got) == Counter(f"{fb}:{lb}:{w}" for fb, lb, w in cells(words))
+    assert Counter(got) == Counter(cell_labels(words))
+
+
+@settings(max_examples=200, deadline=None)
+@given(counts=st.dictionaries(st.sampled_from(WORDS + ["Ärger", "日本語", "a:b", ""]),
+                              st.integers(min_value=1, max_value=60), max_size=12),
+       seed=st.randoms(use_true_random=False))
+def test_cell_labels_are_the_cells_as_stored(counts, seed):
+    # Frequencies past EXACT and documents hundreds of words long reach the wide buckets.
+    words = [w for w, n in counts.items() for _ in range(n)]
+    seed.shuffle(words)
+    assert cell_labels(words) == [f"{fb}:{lb}:{w}" for fb, lb, w in cells(words)]
 
 
 def _entry(uid: str, text: str | None) -> dict:

@@ -3,8 +3,9 @@
 A batch is converted once (``convert``), collapsed to one change per object, and written to
 ``catalog_staged``. Queries that name the batch overlay those rows on the catalog. Committing
 applies them set-wise in one database transaction that also bumps the catalog's counter, so the
-new counter and the new rows become visible together. Batch ids make every step idempotent;
-per-object versions make an older change lose against a newer one.
+new counter and the new rows become visible together. Commits of different objects run side by
+side; commits of the same object one after the other (docs/decisions/0009). Batch ids make every
+step idempotent; per-object versions make an older change lose against a newer one.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from ..errors import BadRequest, Conflict, LimitExceeded, NotFound
 from ..indexes import MISSING, BadValue
 from ..indexes.path import ExtendedPathIndex, components, normalise, parent_of
 from ..indexes.text import CELLS_SUFFIX
-from ..text.cells import cells
-from .catalogs import TEXT_TABLES, Catalog
+from ..text.cells import cell_labels
+from .catalogs import TEXT_TABLES, Catalog, lock_catalog, share_catalog
 
 
 @dataclass
@@ -111,11 +112,11 @@ def _text_doc(idx: dict[str, Any], names, cell_names, profile: StagedProfile | N
     for name, words in list(doc.items()):
         if not isinstance(words, list):
             continue
-        found = cells(words) if name in cell_names else None
-        if found is not None:
-            doc[name + CELLS_SUFFIX] = [f"{fb}:{lb}:{word}" for fb, lb, word in found]
+        labels = cell_labels(words) if name in cell_names else None
+        if labels is not None:
+            doc[name + CELLS_SUFFIX] = labels
         if profile is not None:
-            profile.add(name, words, found)
+            profile.add(name, words, labels)
     return doc
 
 
@@ -313,18 +314,24 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
         return BatchResult(batch_id=batch_id, state="committed", applied=row["applied"],
                            skipped_stale=row["skipped"], counter=row["counter"])
 
-    # The counter row lock serialises commits of one catalog, and is taken first (no deadlocks).
-    counter = await conn.fetchval("update catalog set counter = counter + 1 where id = $1 returning counter",
-                                  catalog.id)
     table = catalog.table
     cat, bid = catalog.id, batch_id
-    if batch["clear"]:
+    staged = f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2"
+    # Commits of one catalog run side by side (docs/decisions/0009): each claims its objects, and
+    # the counter row, whose lock orders them, is taken last. A clear runs alone.
+    if not batch["clear"]:
+        await share_catalog(conn, catalog)
+        # Claimed in uid order, so two commits wanting some of the same objects cannot each hold
+        # one the other waits for.
+        await conn.execute(f"insert into catalog_inflight (catalog_id, uid) select distinct $1::integer, s.uid "
+                           f"{staged} order by s.uid", cat, bid)
+    else:
+        await lock_catalog(conn, catalog)
         await conn.execute(f"delete from {table}")
         await conn.execute("delete from catalog_tombstone where catalog_id = $1", cat)
         for table_name in TEXT_TABLES:
             await conn.execute(f"delete from {table_name} where catalog_id = $1", cat)
 
-    staged = f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2"
     text_indexes = catalog.text_indexes
     if text_indexes:
         before = await _text_profile(conn, catalog, bid, text_indexes, rows)
@@ -373,10 +380,16 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     applied = len(removed) + len(full) + len(partial) + len(new_partial)
     # An unindex of an object that is not there is not stale, just empty.
     skipped = max(0, entries - applied - (unindexes - len(removed)))
+    if not batch["clear"]:
+        # Gone when this transaction commits (or aborts): the objects are free for the next.
+        await conn.execute(f"delete from catalog_inflight i using {rows} s where s.catalog_id = $1 "
+                           f"and s.batch_id = $2 and i.catalog_id = $1 and i.uid = s.uid", cat, bid)
     await conn.execute(
         f"with done as (delete from {rows} where catalog_id = $1 and batch_id = $2) "
         f"update catalog_batch set state = 'committed', applied = $3, skipped = $4, finished = now() "
         f"where catalog_id = $1 and batch_id = $2", cat, bid, applied, skipped)
+    # Last: the counter row's lock orders the commits of a catalog, and is held only to the end.
+    counter = await conn.fetchval("update catalog set counter = counter + 1 where id = $1 returning counter", cat)
     return BatchResult(batch_id=batch_id, state="committed", applied=applied, skipped_stale=skipped, counter=counter)
 
 
@@ -417,32 +430,54 @@ TextProfile = tuple[dict[str, tuple[int, int]], dict[tuple[str, str], int], dict
 
 
 class StagedProfile:
-    """The text profile of a batch's rows as staged (see _text_profile), kept with the batch."""
+    """The text profile of a batch's rows as staged (see _text_profile), kept with the batch.
+
+    Counted per document as the rows hold it: the cell labels of the indexes with cells (their
+    words and document frequencies follow from the labels), the distinct words of the others.
+    Taken apart once per distinct label, when the profile is read."""
 
     def __init__(self) -> None:
         self.docs: dict[str, list[int]] = {}
-        self.df: dict[str, Counter] = {}
-        self.cells: dict[str, Counter] = {}
+        self.words: dict[str, Counter] = {}
+        self.labels: dict[str, Counter] = {}
 
-    def add(self, name: str, words: list[str], found: list[tuple[int, int, str]] | None) -> None:
+    def add(self, name: str, words: list[str], labels: list[str] | None) -> None:
         total = self.docs.setdefault(name, [0, 0])
         total[0] += 1
         total[1] += len(words)
-        if found is not None:
-            self.cells.setdefault(name, Counter()).update(found)
-            self.df.setdefault(name, Counter()).update(w for _, _, w in found)
+        if labels is not None:
+            self.labels.setdefault(name, Counter()).update(labels)
         else:
-            self.df.setdefault(name, Counter()).update(set(words))
+            self.words.setdefault(name, Counter()).update(set(words))
+
+    def _cells(self) -> dict[str, dict[tuple[int, int, str], int]]:
+        found = {}
+        for name, counts in self.labels.items():
+            found[name] = cells = {}
+            for label, n in counts.items():
+                fb, lb, word = label.split(":", 2)
+                cells[int(fb), int(lb), word] = n
+        return found
+
+    def _df(self, cells: dict[str, dict[tuple[int, int, str], int]]) -> dict[str, Counter]:
+        df = {name: Counter(words) for name, words in self.words.items()}
+        for name, counts in cells.items():
+            words = df.setdefault(name, Counter())
+            for (_, _, word), n in counts.items():
+                words[word] += n
+        return df
 
     def counts(self) -> TextProfile:
-        df = {(name, word): n for name, words in self.df.items() for word, n in words.items()}
-        found = {(name, w, fb, lb): n for name, counts in self.cells.items() for (fb, lb, w), n in counts.items()}
+        cells = self._cells()
+        df = {(name, word): n for name, words in self._df(cells).items() for word, n in words.items()}
+        found = {(name, w, fb, lb): n for name, counts in cells.items() for (fb, lb, w), n in counts.items()}
         return {name: (d, w) for name, (d, w) in self.docs.items()}, df, found
 
     def as_json(self) -> dict:
-        return {"docs": self.docs, "df": self.df,
+        cells = self._cells()
+        return {"docs": self.docs, "df": self._df(cells),
                 "cells": {name: [[w, fb, lb, n] for (fb, lb, w), n in counts.items()]
-                          for name, counts in self.cells.items()}}
+                          for name, counts in cells.items()}}
 
 
 def _profile_from_json(text: str | None) -> TextProfile | None:
@@ -492,8 +527,8 @@ async def _text_profile(conn: asyncpg.Connection, catalog: Catalog, batch_id: st
 
 async def _upsert_deltas(conn: asyncpg.Connection, sql: str, catalog_id: int, before: dict, after: dict) -> None:
     """Add ``after - before`` per key with ``sql`` (unnest of the key columns and the delta). Sorted
-    keys: two commits touching the same rows lock them in the same order (the catalog's counter
-    row serialises a catalog's commits anyway)."""
+    keys: two commits touching the same rows lock them in the same order, so commits running side
+    by side never deadlock here."""
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
     keys = sorted(k for k, d in delta.items() if d)
     if keys:

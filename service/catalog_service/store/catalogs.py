@@ -49,6 +49,22 @@ async def _tune_partition(conn: asyncpg.Connection, table: str) -> None:
         pass  # a server built without lz4 keeps pglz
 
 
+# Advisory lock class (the first of two keys; the catalog id is the second) taken by every write
+# to a catalog's rows: shared by batch commits, exclusive by whatever rewrites the whole catalog.
+WRITE_LOCK = 0x63617462  # "catb"
+
+
+async def lock_catalog(conn: asyncpg.Connection, catalog: Catalog) -> None:
+    """Wait for the batch commits under way in the catalog and keep new ones out until this
+    transaction ends (a clear, a schema change, a drop)."""
+    await conn.execute("select pg_advisory_xact_lock($1, $2)", WRITE_LOCK, catalog.id)
+
+
+async def share_catalog(conn: asyncpg.Connection, catalog: Catalog) -> None:
+    """Take part in the catalog's writes until this transaction ends, beside other batch commits."""
+    await conn.execute("select pg_advisory_xact_lock_shared($1, $2)", WRITE_LOCK, catalog.id)
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -189,6 +205,7 @@ class CatalogRegistry:
         _check_declarations(list(current.values()), metadata)
         table = catalog.table
         async with conn.transaction():
+            await lock_catalog(conn, catalog)
             await conn.execute("select 1 from catalog where id = $1 for update", catalog.id)
             changed = [d for d in update.indexes if catalog.schema.indexes.get(d.name) is None
                        or catalog.schema.indexes[d.name].decl != d]
@@ -219,6 +236,7 @@ class CatalogRegistry:
 
     async def clear(self, conn: asyncpg.Connection, catalog: Catalog) -> int:
         async with conn.transaction():
+            await lock_catalog(conn, catalog)
             counter = await conn.fetchval(
                 "update catalog set counter = counter + 1 where id = $1 returning counter", catalog.id)
             await conn.execute(f"delete from {catalog.table}")
@@ -229,6 +247,7 @@ class CatalogRegistry:
 
     async def drop(self, conn: asyncpg.Connection, catalog: Catalog) -> None:
         async with conn.transaction():
+            await lock_catalog(conn, catalog)
             await conn.execute(f"drop table if exists {catalog.table}")
             await conn.execute("delete from catalog_tombstone where catalog_id = $1", catalog.id)
             for table_name in TEXT_TABLES:

@@ -19,7 +19,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["BOUNDS", "EXACT", "bucket", "cells"]
+__all__ = ["BOUNDS", "EXACT", "bucket", "cell_labels", "cells"]
 
 
 EXACT = 8  # counts up to this are their own bucket
@@ -46,3 +46,10 @@ def cells(words: Sequence[str]) -> list[tuple[int, int, str]]:
     word). Buckets up to 8 are the number itself."""
     length = bucket(len(words))
     return [(f if f <= EXACT else bucket(f), length, word) for word, f in Counter(words).items()]
+
+
+def cell_labels(words: Sequence[str]) -> list[str]:
+    """The cells of :func:`cells` as the row stores them and the GIN index holds them:
+    ``"<f bucket>:<len bucket>:<word>"``, one per distinct word."""
+    tail = f":{bucket(len(words))}:"
+    return [f"{f if f <= EXACT else bucket(f)}{tail}{word}" for word, f in Counter(words).items()]

@@ -79,12 +79,7 @@ def _bigrams(piece: str, keep_last_char: bool) -> list[str]:
 
 
 def _split_document(text: str) -> Iterator[str]:
-    text = unicodedata.normalize("NFKC", text)
-    if not _BIGRAM_CHAR.search(text):
-        # No CJK, Hangul or Thai anywhere: every word is one piece (the common case, and the
-        # per-word piece split was half of a rebuild's conversion time).
-        yield from _WORD.findall(text)
-        return
+    """The pieces of an NFKC-normalised document that has CJK, Hangul or Thai in it."""
     for word in _WORD.findall(text):
         for piece in _PIECE.findall(word):
             if _BIGRAM_CHAR.match(piece):
@@ -159,7 +154,13 @@ def index_words(text: str | Sequence[str]) -> list[str]:
             # the splitter keeps is folded to lower case only.
             words.extend(_WORD.findall(s.lower()))
         else:
-            words.extend(normalize_word(w) for w in _split_document(s))
+            text = unicodedata.normalize("NFKC", s)
+            if _BIGRAM_CHAR.search(text):
+                words.extend(map(normalize_word, _split_document(text)))
+            else:
+                # No CJK, Hangul or Thai: every word is one piece (the common case for European
+                # text; one findall and the cached normaliser, without the generators).
+                words.extend(map(normalize_word, _WORD.findall(text)))
     return words
 
 
