@@ -262,7 +262,7 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
     existing = {
         r["uid"]: r
         for r in await conn.fetch(f"select uid, rid, (idx || text)::text as idx, meta::text as meta from {catalog.table} "
-                                  f"where uid = any($1::text[])", uids)
+                                  f"where catalog_id = $1 and uid = any($2::text[])", catalog.id, uids)
     }
     text_names = catalog.text_indexes
     keep_profile = profile is None
@@ -337,7 +337,8 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
         before = await _text_profile(conn, catalog, bid, text_indexes, rows)
     removed = await conn.fetch(
         f"delete from {table} t using {rows} s where s.catalog_id = $1 and s.batch_id = $2 "
-        f"and s.op = 'unindex' and t.uid = s.uid and t.version <= s.version returning t.uid", cat, bid)
+        f"and s.op = 'unindex' and t.catalog_id = $1 and t.uid = s.uid and t.version <= s.version returning t.uid",
+        cat, bid)
     # One row per unindexed object (a batch holds one change per object): the status counts them.
     tombstones = await conn.execute(
         f"insert into catalog_tombstone (catalog_id, uid, version) select $1, s.uid, s.version {staged} "
@@ -360,12 +361,12 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
         f"text = (t.text - s.idxs) || s.delta_text, "
         f"meta = t.meta || s.delta_meta, version = s.version "
         f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2 and s.idxs is not null "
-        f"and {fresh} and t.uid = s.uid and t.version <= s.version returning t.uid", cat, bid)
+        f"and {fresh} and t.catalog_id = $1 and t.uid = s.uid and t.version <= s.version returning t.uid", cat, bid)
     new_partial = await conn.fetch(
         f"insert into {table} (catalog_id, rid, uid, path, parent, depth, allowed, idx, text, meta, version) "
         f"select $1, s.rid, s.uid, s.path, s.parent, s.depth, catalog_allowed(s.delta_idx), s.delta_idx, "
         f"s.delta_text, s.delta_meta, s.version {staged} and s.idxs is not null and {fresh} "
-        f"and not exists (select 1 from {table} t where t.uid = s.uid) "
+        f"and not exists (select 1 from {table} t where t.catalog_id = $1 and t.uid = s.uid) "
         f"on conflict do nothing returning uid", cat, bid)
     entries = batch["entries"]
     if text_indexes:
@@ -382,8 +383,10 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     skipped = max(0, entries - applied - (unindexes - len(removed)))
     if not batch["clear"]:
         # Gone when this transaction commits (or aborts): the objects are free for the next.
-        await conn.execute(f"delete from catalog_inflight i using {rows} s where s.catalog_id = $1 "
-                           f"and s.batch_id = $2 and i.catalog_id = $1 and i.uid = s.uid", cat, bid)
+        # By key (an index scan whatever the table's statistics say: a join planned from stale
+        # statistics scanned every dead row of the claims before).
+        await conn.execute(f"delete from catalog_inflight where catalog_id = $1 and uid = any(array("
+                           f"select s.uid {staged}))", cat, bid)
     await conn.execute(
         f"with done as (delete from {rows} where catalog_id = $1 and batch_id = $2) "
         f"update catalog_batch set state = 'committed', applied = $3, skipped = $4, finished = now() "
@@ -398,7 +401,8 @@ async def compare(conn: asyncpg.Connection, catalog: Catalog, changes: list[Chan
     rows = {
         r["uid"]: r
         for r in await conn.fetch(f"select uid, path, (idx || text)::text as idx, meta::text as meta from {catalog.table} "
-                                  f"where uid = any($1::text[])", [c.uid for c in changes])
+                                  f"where catalog_id = $1 and uid = any($2::text[])", catalog.id,
+                                  [c.uid for c in changes])
     }
     text_names = set(catalog.text_indexes)
     results = {}
@@ -497,7 +501,7 @@ async def _text_profile(conn: asyncpg.Connection, catalog: Catalog, batch_id: st
     """For the catalog rows of a batch's objects: per text index, (documents, words), the documents
     holding each word and the documents per cell. Taken before and after a commit, the difference
     updates the statistics Okapi relevance needs, without scanning the whole catalog."""
-    source = (f"from {rows} s join {catalog.table} t on t.uid = s.uid, jsonb_each(t.text) e "
+    source = (f"from {rows} s join {catalog.table} t on t.catalog_id = $1 and t.uid = s.uid, jsonb_each(t.text) e "
               f"where s.catalog_id = $1 and s.batch_id = $2 and e.key = any($3::text[]) "
               f"and jsonb_typeof(e.value) = 'array'")
     docs = {
@@ -508,7 +512,7 @@ async def _text_profile(conn: asyncpg.Connection, catalog: Catalog, batch_id: st
     }
     if not docs:
         return docs, {}, {}
-    words = (f"from {rows} s join {catalog.table} t on t.uid = s.uid, jsonb_each(t.text) e, "
+    words = (f"from {rows} s join {catalog.table} t on t.catalog_id = $1 and t.uid = s.uid, jsonb_each(t.text) e, "
              f"lateral (select x, count(*)::integer from jsonb_array_elements_text(e.value) x group by x) d(w, f) "
              f"where s.catalog_id = $1 and s.batch_id = $2 and e.key = any($3::text[]) "
              f"and jsonb_typeof(e.value) = 'array'")
