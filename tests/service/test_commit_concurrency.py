@@ -17,24 +17,12 @@ import pytest
 from catalog_schemas.api import Batch
 from catalog_service.store import batches
 from catalog_service.store.catalogs import CatalogRegistry
-from catalog_service.store.migrations import migrate
-from tests.pg import create_database, drop_database
+from tests.service import test_text_cells
 from tests.service.test_store import connect
 from tests.service.test_text_cells import _catalog, _counts, _text
 
-
-@pytest.fixture(scope="module")
-def db():
-    dsn, admin = create_database("commits")
-
-    async def setup():
-        conn = await connect(dsn)
-        await migrate(conn)
-        await conn.close()
-
-    asyncio.run(setup())
-    yield dsn
-    drop_database(admin, dsn)
+# A migrated database for this module (module-scoped: one per module that uses the fixture).
+db = test_text_cells.db
 
 
 def _run(dsn, scenario, connections=3):
