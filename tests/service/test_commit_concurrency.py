@@ -14,7 +14,8 @@ import random
 
 import pytest
 
-from catalog_schemas.api import Batch
+from catalog_schemas.api import Batch, IndexDeclaration, SchemaUpdate
+from catalog_service.errors import CatalogError
 from catalog_service.store import batches
 from catalog_service.store.catalogs import CatalogRegistry
 from tests.service import test_text_cells
@@ -189,3 +190,55 @@ def test_many_commits_at_once_end_as_the_versions_decide(db):
         assert await observer.fetchval("select count(*) from catalog_inflight") == 0
 
     _run(db, scenario, connections=8)
+
+
+def test_a_schema_change_waits_for_a_batch_staged_and_committing_in_one_transaction(db):
+    """Staging creates the batch's row, whose foreign key locks the catalog row against the schema
+    change's ``for update``. If the schema change could take the catalog's write lock while the
+    staging transaction had not, each would wait for the other (a deadlock, found in review):
+    staging takes the write lock first."""
+    async def scenario(first, second, observer):
+        registry = CatalogRegistry()
+        catalog = await _catalog(first, "schema-race", SearchableText="ZCTextIndex", portal_type="FieldIndex")
+        batch = _batch("s1", _index("s", 1, "garden"))
+        transaction = first.transaction()
+        await transaction.start()
+        rows = await batches.one_shot_rows(first, catalog, "s1")
+        await batches.stage(first, catalog, batch, batches.convert(batch, catalog, 10), rows)
+        update = SchemaUpdate(indexes=[IndexDeclaration(name="review_state", type="FieldIndex")])
+        changing = asyncio.create_task(registry.update_schema(second, catalog, update))
+        assert (await _waiting_on(observer, second)).startswith("select pg_advisory_xact_lock")
+        result = await batches.commit(first, catalog, "s1", rows)
+        await transaction.commit()
+        updated = await changing
+        assert result.applied == 1 and "review_state" in updated.schema.indexes
+        kept, recount = await _counts(observer, catalog)
+        assert kept == recount
+
+    _run(db, scenario)
+
+
+def test_a_staged_batch_committed_while_its_catalog_is_dropped_ends_cleanly(db):
+    async def scenario(first, second, observer):
+        registry = CatalogRegistry()
+        catalog = await _catalog(first, "dropping", portal_type="FieldIndex")
+        batch = _batch("d1", _index("d", 1))
+        async with first.transaction():
+            await batches.stage(first, catalog, batch, batches.convert(batch, catalog, 10))
+        transaction = second.transaction()
+        await transaction.start()
+        await registry.drop(second, catalog)
+
+        async def settle():
+            async with first.transaction():
+                return await batches.commit(first, catalog, "d1")
+
+        task = asyncio.create_task(settle())
+        assert (await _waiting_on(observer, first)).startswith("select pg_advisory_xact_lock_shared")
+        await transaction.commit()
+        with pytest.raises(CatalogError) as raised:
+            await task
+        assert raised.value.status == 404
+        assert await observer.fetchval("select count(*) from catalog where name = 'dropping'") == 0
+
+    _run(db, scenario)

@@ -228,6 +228,7 @@ async def apply_one_shot(conn: asyncpg.Connection, catalog: Catalog, batch: Batc
     """Stage and commit a batch at once; must run inside a transaction. Its rows go through the
     temporary table (or replace those of the same id if it was staged before) and its text
     profile stays in memory: nobody else needs either."""
+    await _take_part(conn, catalog, batch.clear)
     rows = await one_shot_rows(conn, catalog, batch.batch_id)
     profile = StagedProfile()
     await stage(conn, catalog, batch, changes, rows, profile)
@@ -241,6 +242,7 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
 
     The text profile of the rows is counted into ``profile`` if given (a commit in the same
     transaction takes it from there), else kept with the batch for a later commit."""
+    await _take_part(conn, catalog, batch.clear)
     state = await _lock_or_create(conn, catalog, batch.batch_id, "staged", batch.clear, len(changes))
     if state == "committed":
         return state
@@ -299,6 +301,10 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
                  profile: StagedProfile | None = None) -> BatchResult:
     """Apply a staged batch (its rows in ``rows``); must run inside a transaction. ``profile``:
     the rows' text profile when they were staged in this transaction (else the batch's own)."""
+    # The catalog's lock comes before the batch's row (0009): read whether it is a clear first.
+    clear = await conn.fetchval("select clear from catalog_batch where catalog_id = $1 and batch_id = $2",
+                                catalog.id, batch_id)
+    await _take_part(conn, catalog, bool(clear))
     batch = await conn.fetchrow(
         "select state, clear, entries, profile from catalog_batch where catalog_id = $1 and batch_id = $2 "
         "for update", catalog.id, batch_id)
@@ -319,14 +325,14 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     staged = f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2"
     # Commits of one catalog run side by side (docs/decisions/0009): each claims its objects, and
     # the counter row, whose lock orders them, is taken last. A clear runs alone.
+    if batch["clear"] and not clear:
+        await lock_catalog(conn, catalog)  # staged again as a clear since it was read
     if not batch["clear"]:
-        await share_catalog(conn, catalog)
         # Claimed in uid order, so two commits wanting some of the same objects cannot each hold
         # one the other waits for.
         await conn.execute(f"insert into catalog_inflight (catalog_id, uid) select distinct $1::integer, s.uid "
                            f"{staged} order by s.uid", cat, bid)
     else:
-        await lock_catalog(conn, catalog)
         await conn.execute(f"delete from {table}")
         await conn.execute("delete from catalog_tombstone where catalog_id = $1", cat)
         for table_name in TEXT_TABLES:
@@ -372,8 +378,9 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     if text_indexes:
         applied_all = len(removed) + len(full) + len(partial) + len(new_partial) == entries
         after = None
-        if not before[0] and applied_all:
-            # New objects only, all applied: the rows are exactly as staged.
+        if not before[0] and applied_all and not partial and not new_partial:
+            # New objects only, all applied in full: the rows are exactly as staged. (A partial
+            # reindex writes its delta onto the row as it is now, not as it was at staging.)
             after = profile.counts() if profile is not None else _profile_from_json(batch["profile"])
         if after is None:
             after = await _text_profile(conn, catalog, bid, text_indexes, rows)
@@ -566,8 +573,15 @@ async def _apply_text_delta(conn: asyncpg.Connection, catalog_id: int, before: T
         catalog_id, cells_before, cells_after)
 
 
+async def _take_part(conn: asyncpg.Connection, catalog: Catalog, clear: bool) -> None:
+    """The catalog's write lock, first in every transaction that writes a batch: shared, or
+    exclusive for a clear batch (docs/decisions/0009)."""
+    await (lock_catalog if clear else share_catalog)(conn, catalog)
+
+
 async def abort(conn: asyncpg.Connection, catalog: Catalog, batch_id: str) -> BatchResult:
     # An unknown id is remembered as aborted, so that a late staging of it is refused.
+    await _take_part(conn, catalog, False)
     state = await _lock_or_create(conn, catalog, batch_id, "aborted")
     if state == "committed":
         raise Conflict(f"batch {batch_id!r} is already committed")
@@ -586,7 +600,7 @@ async def resolve_expired(conn: asyncpg.Connection, ttl_seconds: float) -> list[
     from .catalogs import build
 
     rows = await conn.fetch(
-        "select b.batch_id, c.* from catalog_batch b join catalog c on c.id = b.catalog_id "
+        "select b.batch_id, b.clear as batch_clear, c.* from catalog_batch b join catalog c on c.id = b.catalog_id "
         "where b.state = 'staged' and b.created < now() - make_interval(secs => $1)", ttl_seconds)
     outcomes = []
     for row in rows:
@@ -594,6 +608,7 @@ async def resolve_expired(conn: asyncpg.Connection, ttl_seconds: float) -> list[
         async with conn.transaction():
             # The client may have committed or aborted it since it was listed: under the row lock,
             # only a batch that is still staged is resolved.
+            await _take_part(conn, catalog, row["batch_clear"])
             if await _batch_state(conn, catalog, row["batch_id"]) != "staged":
                 continue
             recorded = await conn.fetchval("select 1 from catalog_txn_outcome where batch_id = $1", row["batch_id"])
