@@ -148,7 +148,17 @@ def test_a_clear_waits_for_commits_under_way_and_holds_off_new_ones(db):
     _run(db, scenario)
 
 
-def test_many_commits_at_once_end_as_the_versions_decide(db):
+async def _two_phase(conn, catalog, batch: Batch):
+    """Stage (the text profile kept with the batch as JSON), then commit in a second transaction,
+    as the connector does at vote and finish."""
+    async with conn.transaction():
+        await batches.stage(conn, catalog, batch, batches.convert(batch, catalog, 10_000))
+    async with conn.transaction():
+        return await batches.commit(conn, catalog, batch.batch_id)
+
+
+@pytest.mark.parametrize("apply", [_commit, _two_phase], ids=["one-shot", "two-phase"])
+def test_many_commits_at_once_end_as_the_versions_decide(db, apply):
     """Eight connections commit batches over a shared set of objects, all at once. Whatever order
     the commits take, each object ends as its newest change says (versions are unique), and the
     text statistics equal a recount of the rows. A deadlock would fail a commit."""
@@ -171,12 +181,12 @@ def test_many_commits_at_once_end_as_the_versions_decide(db):
                 newest[change.uid] = change
 
     async def scenario(*conns):
-        catalog = await _catalog(conns[0], "many-at-once", SearchableText="ZCTextIndex",
+        catalog = await _catalog(conns[0], f"many-at-once-{apply.__name__}", SearchableText="ZCTextIndex",
                                  portal_type="FieldIndex")
 
         async def client(conn, mine):
             for batch in mine:
-                await _commit(conn, catalog, batch)
+                await apply(conn, catalog, batch)
 
         await asyncio.gather(*(client(conn, mine) for conn, mine in zip(conns, plan, strict=True)))
         observer = conns[0]
