@@ -193,14 +193,18 @@ def http_bulk_index(service: Service, name: str, size: int, batch: int, clients:
     return size / (time.perf_counter() - started)
 
 
+def create_catalog(admin: httpx.Client, name: str) -> None:
+    r = admin.post("/catalogs", json=plone_catalog(name).model_dump(mode="json"))
+    if r.status_code != 201:
+        raise RuntimeError(f"create catalog: {r.status_code} {r.text}")
+
+
 def warm_up(service: Service, batch: int, clients: int) -> None:
     """Index one round of batches (another corpus) into a scratch catalog and drop it: the
     service's first requests pay for connections, imports and empty caches, which a service that
     has been running does not."""
     with service.client() as admin:
-        r = admin.post("/catalogs", json=plone_catalog("warmup").model_dump(mode="json"))
-        if r.status_code != 201:
-            raise RuntimeError(f"create catalog: {r.status_code} {r.text}")
+        create_catalog(admin, "warmup")
         http_bulk_index(service, "warmup", batch * clients, batch, clients, seed=2)
         admin.delete("/catalogs/warmup")
 
@@ -425,9 +429,7 @@ def measure_size(run: Run, service: Service, dsn: str, size: int) -> None:
     args = run.args
     name = f"bench{size}"
     with service.client() as admin:
-        r = admin.post("/catalogs", json=plone_catalog(name).model_dump(mode="json"))
-        if r.status_code != 201:
-            raise RuntimeError(f"create catalog: {r.status_code} {r.text}")
+        create_catalog(admin, name)
     print(f"\n== {size:,} objects", flush=True)
     service_rate = http_bulk_index(service, name, size, args.batch, args.clients)
     print(f"service bulk indexing over HTTP: {service_rate:,.0f} objects/s", flush=True)
@@ -524,8 +526,8 @@ def report(run: Run) -> str:
         f"Objects/s. The service: one-shot HTTP batches (POST /catalogs/{{id}}/batches) of {args.batch:,} "
         f"entries from {args.clients} concurrent clients, request bodies serialised before the clock starts; "
         "then VACUUM ANALYZE (not counted). Before the first size, the service indexed one round of "
-        "batches of another corpus into a scratch catalog (dropped), so that no size pays for its start. ZCatalog: `catalog_object` in-process, no ZODB, values "
-        "converted before the clock starts.",
+        "batches of another corpus into a scratch catalog (dropped), so that no size pays for its start. "
+        "ZCatalog: `catalog_object` in-process, no ZODB, values converted before the clock starts.",
         "",
         "| objects | service (HTTP) | ZCatalog (in-process) | service / ZCatalog |",
         "|---:|---:|---:|---:|",

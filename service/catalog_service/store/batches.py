@@ -25,7 +25,7 @@ from ..indexes import MISSING, BadValue
 from ..indexes.path import ExtendedPathIndex, components, normalise, parent_of
 from ..indexes.text import CELLS_SUFFIX
 from ..text.cells import cell_labels
-from .catalogs import TEXT_TABLES, Catalog, lock_catalog, share_catalog
+from .catalogs import TEXT_TABLES, Catalog, lock_writes
 
 
 @dataclass
@@ -228,21 +228,23 @@ async def apply_one_shot(conn: asyncpg.Connection, catalog: Catalog, batch: Batc
     """Stage and commit a batch at once; must run inside a transaction. Its rows go through the
     temporary table (or replace those of the same id if it was staged before) and its text
     profile stays in memory: nobody else needs either."""
-    await _take_part(conn, catalog, batch.clear)
+    await lock_writes(conn, catalog, exclusive=batch.clear)
     rows = await one_shot_rows(conn, catalog, batch.batch_id)
     profile = StagedProfile()
-    await stage(conn, catalog, batch, changes, rows, profile)
-    return await commit(conn, catalog, batch.batch_id, rows, profile)
+    await stage(conn, catalog, batch, changes, rows, profile, locked=True)
+    return await commit(conn, catalog, batch.batch_id, rows, profile, locked=True)
 
 
 async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, changes: list[Change],
-                rows: str = STAGED, profile: StagedProfile | None = None) -> str:
+                rows: str = STAGED, profile: StagedProfile | None = None, *, locked: bool = False) -> str:
     """Write the batch's rows to ``rows`` (catalog_staged, replacing an earlier staging of the same
     id). Returns the batch state found: 'committed' means nothing was done.
 
     The text profile of the rows is counted into ``profile`` if given (a commit in the same
-    transaction takes it from there), else kept with the batch for a later commit."""
-    await _take_part(conn, catalog, batch.clear)
+    transaction takes it from there), else kept with the batch for a later commit. ``locked``: the
+    transaction holds the catalog's write lock already."""
+    if not locked:
+        await lock_writes(conn, catalog, exclusive=batch.clear)
     state = await _lock_or_create(conn, catalog, batch.batch_id, "staged", batch.clear, len(changes))
     if state == "committed":
         return state
@@ -298,13 +300,16 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
 
 
 async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows: str = STAGED,
-                 profile: StagedProfile | None = None) -> BatchResult:
+                 profile: StagedProfile | None = None, *, locked: bool = False) -> BatchResult:
     """Apply a staged batch (its rows in ``rows``); must run inside a transaction. ``profile``:
-    the rows' text profile when they were staged in this transaction (else the batch's own)."""
-    # The catalog's lock comes before the batch's row (0009): read whether it is a clear first.
-    clear = await conn.fetchval("select clear from catalog_batch where catalog_id = $1 and batch_id = $2",
-                                catalog.id, batch_id)
-    await _take_part(conn, catalog, bool(clear))
+    the rows' text profile when they were staged in this transaction (else the batch's own).
+    ``locked``: the transaction holds the catalog's write lock already (as its staging took it)."""
+    exclusive = None
+    if not locked:
+        # The catalog's lock comes before the batch's row (0009): read whether it is a clear first.
+        exclusive = bool(await conn.fetchval(
+            "select clear from catalog_batch where catalog_id = $1 and batch_id = $2", catalog.id, batch_id))
+        await lock_writes(conn, catalog, exclusive)
     batch = await conn.fetchrow(
         "select state, clear, entries, profile from catalog_batch where catalog_id = $1 and batch_id = $2 "
         "for update", catalog.id, batch_id)
@@ -325,8 +330,8 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     staged = f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2"
     # Commits of one catalog run side by side (docs/decisions/0009): each claims its objects, and
     # the counter row, whose lock orders them, is taken last. A clear runs alone.
-    if batch["clear"] and not clear:
-        await lock_catalog(conn, catalog)  # staged again as a clear since it was read
+    if batch["clear"] and exclusive is False:
+        await lock_writes(conn, catalog, exclusive=True)  # staged again as a clear since it was read
     if not batch["clear"]:
         # Claimed in uid order, so two commits wanting some of the same objects cannot each hold
         # one the other waits for.
@@ -573,15 +578,9 @@ async def _apply_text_delta(conn: asyncpg.Connection, catalog_id: int, before: T
         catalog_id, cells_before, cells_after)
 
 
-async def _take_part(conn: asyncpg.Connection, catalog: Catalog, clear: bool) -> None:
-    """The catalog's write lock, first in every transaction that writes a batch: shared, or
-    exclusive for a clear batch (docs/decisions/0009)."""
-    await (lock_catalog if clear else share_catalog)(conn, catalog)
-
-
 async def abort(conn: asyncpg.Connection, catalog: Catalog, batch_id: str) -> BatchResult:
     # An unknown id is remembered as aborted, so that a late staging of it is refused.
-    await _take_part(conn, catalog, False)
+    await lock_writes(conn, catalog, exclusive=False)
     state = await _lock_or_create(conn, catalog, batch_id, "aborted")
     if state == "committed":
         raise Conflict(f"batch {batch_id!r} is already committed")
@@ -608,7 +607,7 @@ async def resolve_expired(conn: asyncpg.Connection, ttl_seconds: float) -> list[
         async with conn.transaction():
             # The client may have committed or aborted it since it was listed: under the row lock,
             # only a batch that is still staged is resolved.
-            await _take_part(conn, catalog, row["batch_clear"])
+            await lock_writes(conn, catalog, exclusive=row["batch_clear"])
             if await _batch_state(conn, catalog, row["batch_id"]) != "staged":
                 continue
             recorded = await conn.fetchval("select 1 from catalog_txn_outcome where batch_id = $1", row["batch_id"])

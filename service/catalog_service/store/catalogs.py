@@ -54,15 +54,13 @@ async def _tune_partition(conn: asyncpg.Connection, table: str) -> None:
 WRITE_LOCK = 0x63617462  # "catb"
 
 
-async def lock_catalog(conn: asyncpg.Connection, catalog: Catalog) -> None:
-    """Wait for the batch commits under way in the catalog and keep new ones out until this
-    transaction ends (a clear, a schema change, a drop)."""
-    await conn.execute("select pg_advisory_xact_lock($1, $2)", WRITE_LOCK, catalog.id)
-
-
-async def share_catalog(conn: asyncpg.Connection, catalog: Catalog) -> None:
-    """Take part in the catalog's writes until this transaction ends, beside other batch commits."""
-    await conn.execute("select pg_advisory_xact_lock_shared($1, $2)", WRITE_LOCK, catalog.id)
+async def lock_writes(conn: asyncpg.Connection, catalog: Catalog, exclusive: bool) -> None:
+    """The catalog's write lock until this transaction ends, first in every writing transaction:
+    shared by batch staging and commits (they run side by side), exclusive for whatever rewrites
+    the whole catalog (a clear, a schema change, a drop), which waits for the commits under way
+    and keeps new ones out."""
+    take = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+    await conn.execute(f"select {take}($1, $2)", WRITE_LOCK, catalog.id)
 
 
 def hash_token(token: str) -> str:
@@ -205,7 +203,7 @@ class CatalogRegistry:
         _check_declarations(list(current.values()), metadata)
         table = catalog.table
         async with conn.transaction():
-            await lock_catalog(conn, catalog)
+            await lock_writes(conn, catalog, exclusive=True)
             await conn.execute("select 1 from catalog where id = $1 for update", catalog.id)
             changed = [d for d in update.indexes if catalog.schema.indexes.get(d.name) is None
                        or catalog.schema.indexes[d.name].decl != d]
@@ -236,7 +234,7 @@ class CatalogRegistry:
 
     async def clear(self, conn: asyncpg.Connection, catalog: Catalog) -> int:
         async with conn.transaction():
-            await lock_catalog(conn, catalog)
+            await lock_writes(conn, catalog, exclusive=True)
             counter = await conn.fetchval(
                 "update catalog set counter = counter + 1 where id = $1 returning counter", catalog.id)
             await conn.execute(f"delete from {catalog.table}")
@@ -247,7 +245,7 @@ class CatalogRegistry:
 
     async def drop(self, conn: asyncpg.Connection, catalog: Catalog) -> None:
         async with conn.transaction():
-            await lock_catalog(conn, catalog)
+            await lock_writes(conn, catalog, exclusive=True)
             await conn.execute(f"drop table if exists {catalog.table}")
             await conn.execute("delete from catalog_tombstone where catalog_id = $1", catalog.id)
             for table_name in TEXT_TABLES:

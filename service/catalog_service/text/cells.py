@@ -43,7 +43,8 @@ def bucket(x: int) -> int:
 
 def cells(words: Sequence[str]) -> list[tuple[int, int, str]]:
     """The cells of one document's word sequence, one per distinct word: (f bucket, len bucket,
-    word). Buckets up to 8 are the number itself."""
+    word). Buckets up to 8 are the number itself. The definition; batches store
+    :func:`cell_labels`, which tests hold equal to it."""
     length = bucket(len(words))
     return [(f if f <= EXACT else bucket(f), length, word) for word, f in Counter(words).items()]
 
