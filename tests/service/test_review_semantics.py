@@ -111,3 +111,41 @@ def test_expansion_deadline_stops_python_work_and_leaves_nothing_behind():
     for _ in range(20):
         assert _with_deadline(lambda: busy(0.01), 0.011) == "done"
     assert busy(0.3) == "done"
+
+
+def test_expansion_deadlines_of_many_threads_stop_only_the_late_one():
+    """One watchdog thread serves every deadline: a late expansion in one thread is stopped while
+    other threads finish theirs in time, and none of them sees an exception afterwards."""
+    import threading
+
+    from catalog_service.indexes.recurrence import RecurrenceError, _with_deadline
+
+    def busy(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+        return "done"
+
+    outcomes: dict[str, list] = {"late": [], "quick": []}
+
+    def late():
+        try:
+            _with_deadline(lambda: busy(5), 0.2)
+        except RecurrenceError as exc:
+            outcomes["late"].append(exc)
+
+    def quick():
+        results = [_with_deadline(lambda: busy(0.001), 2.0) for _ in range(200)]
+        results.append(busy(0.05))  # a pending exception would surface here
+        outcomes["quick"].append(results)
+
+    threads = [threading.Thread(target=late)] + [threading.Thread(target=quick) for _ in range(6)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in threads)
+    assert len(outcomes["late"]) == 1
+    assert outcomes["quick"] == [["done"] * 201] * 6
+    assert time.monotonic() - started < 5
