@@ -73,13 +73,23 @@ def body_schema(model: type[BaseModel]) -> dict:
 
 
 async def read_body(request: Request, model: type[M]) -> M:
-    """The request body validated as ``model``, in one pass of pydantic's JSON parser.
+    """The request body validated as ``model``.
 
-    For the hot routes (searches): FastAPI's own body handling parses the JSON with the standard
-    library, then validates the Python objects. Errors are reported as FastAPI reports them.
+    For the hot routes (searches, batches): FastAPI's own body handling parses the JSON with the
+    standard library, then validates the Python objects. Here orjson parses it and pydantic
+    validates the result: for a batch of Plone-like entries that is 14 µs an entry against 18 for
+    pydantic's own JSON parser, whose ``Any`` values (index values, metadata) are the slow part.
+    A body orjson refuses goes to pydantic's parser, which reports the error as FastAPI does (and
+    accepts what orjson alone refuses, such as integers beyond 64 bits). Errors are reported as
+    FastAPI reports them.
     """
+    raw = await request.body()
     try:
-        return model.model_validate_json(await request.body())
+        try:
+            parsed = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return model.model_validate_json(raw)
+        return model.model_validate(parsed)
     except ValidationError as exc:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from exc
 

@@ -44,11 +44,11 @@ class Change:
 def _convert_index(entry: IndexEntry, catalog: Catalog) -> Change:
     indexes = catalog.schema.indexes
     values = entry.values
-    unknown = values.keys() - indexes.keys()
-    if unknown:
+    if not values.keys() <= indexes.keys():
+        unknown = values.keys() - indexes.keys()
         raise BadValue(f"object {entry.uid!r}: no such index {sorted(unknown)!r}")
-    unknown_meta = entry.metadata.keys() - set(catalog.metadata)
-    if unknown_meta:
+    if not entry.metadata.keys() <= catalog.metadata_names:
+        unknown_meta = entry.metadata.keys() - catalog.metadata_names
         raise BadValue(f"object {entry.uid!r}: no such metadata column {sorted(unknown_meta)!r}")
     slots = catalog.entry_slots
     if entry.idxs is not None:

@@ -90,6 +90,10 @@ class Catalog:
                 if not (isinstance(index, ExtendedPathIndex) and index.physical)}  # the row's own columns
 
     @cached_property
+    def metadata_names(self) -> frozenset[str]:
+        return frozenset(self.metadata)
+
+    @cached_property
     def text_indexes(self) -> list[str]:
         """The names of the catalog's ZCTextIndexes, whose words live in the row's ``text``."""
         return [name for name, index in self.schema.indexes.items() if isinstance(index, ZCTextIndex)]
