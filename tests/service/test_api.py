@@ -230,6 +230,13 @@ def test_partial_reindex_changes_only_named_indexes(admin, catalog):
     {"op": "index", "uid": "a", "path": "/plone/a", "metadata": {"undeclared": 1}},
     {"op": "index", "uid": "", "path": "/plone/a"},
     {"op": "explode", "uid": "a"},
+    # PostgreSQL text and jsonb cannot hold NUL: refused as bad values, wherever it is.
+    {"op": "index", "uid": "a", "path": "/plone/a", "values": {"Subject": ["x", "a\x00b"]}},
+    {"op": "index", "uid": "a", "path": "/plone/a", "values": {"portal_type": "\x00"}},
+    {"op": "index", "uid": "a", "path": "/plone/a", "metadata": {"Title": "a\x00"}},
+    {"op": "index", "uid": "a", "path": "/plone/a", "metadata": {"Title": {"k\x00": 1}}},
+    {"op": "index", "uid": "a\x00", "path": "/plone/a"},
+    {"op": "unindex", "uid": "a\x00"},
 ])
 def test_bad_batches_are_rejected_whole(admin, catalog, bad):
     name, _ = catalog
@@ -239,6 +246,13 @@ def test_bad_batches_are_rejected_whole(admin, catalog, bad):
     assert 400 <= r.status_code < 500, r.text
     assert uids(query(admin, name, {"portal_type": "Document"})) == ["keep"]
 
+
+
+def test_text_that_only_looks_like_a_nul_escape_is_stored(admin, catalog):
+    name, _ = catalog
+    literal = "back\\u0000slash"  # a backslash, then "u0000": no NUL character
+    commit(admin, name, [{**entry("a", "/plone/a"), "metadata": {"Title": literal}}])
+    assert query(admin, name, {"portal_type": "Document"})["items"][0]["metadata"]["Title"] == literal
 
 # -- security --------------------------------------------------------------------------------------
 

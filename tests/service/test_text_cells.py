@@ -67,6 +67,34 @@ def test_buckets_in_sql_are_the_python_buckets(db):
     run(db, work)
 
 
+# No NUL: batches holding one are refused before anything is stored (test_api).
+_TEXT = st.text(st.characters(blacklist_characters="\x00"), max_size=12)
+_JSON_SCALARS = st.one_of(_TEXT, st.integers(-10**6, 10**6), st.booleans(), st.none(),
+                         st.floats(allow_nan=False, allow_infinity=False, width=32))
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=st.one_of(st.lists(_TEXT, max_size=6), st.lists(_JSON_SCALARS, max_size=6),
+                       _JSON_SCALARS, st.just(batches.MISSING)))
+def test_allowed_in_python_is_catalog_allowed_in_sql(db, value):
+    """A commit stores the principals the batch code derived (coalesce(allowed, catalog_allowed(idx))):
+    where Python gives them, they are exactly what the SQL function gives."""
+    import orjson
+
+    idx = {} if value is batches.MISSING else {"allowedRolesAndUsers": value}
+    mine = batches._allowed(idx)
+
+    async def work(conn):
+        return await conn.fetchval("select coalesce($2::text[], catalog_allowed($1::text::jsonb))",
+                                   orjson.dumps(idx).decode(), mine)
+
+    stored = run(db, work)
+    assert stored == run(db, lambda conn: conn.fetchval("select catalog_allowed($1::text::jsonb)",
+                                                        orjson.dumps(idx).decode()))
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        assert mine == value  # the function is not needed for the common case
+
+
 @settings(max_examples=60, deadline=None)
 @given(words=st.lists(st.sampled_from(WORDS + ["Ärger", "日本語"]), max_size=40))
 def test_cells_in_sql_are_the_python_cells(db, words):

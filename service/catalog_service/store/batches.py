@@ -84,6 +84,8 @@ def convert(batch: Batch, catalog: Catalog, max_entries: int) -> list[Change]:
         raise LimitExceeded(f"{len(batch.entries)} entries in one batch, at most {max_entries}")
     final: dict[str, Change] = {}
     for entry in batch.entries:
+        if "\x00" in entry.uid:
+            raise BadValue(f"object {entry.uid!r}: uids cannot contain NUL characters")
         if isinstance(entry, UnindexEntry):
             final[entry.uid] = Change(op="unindex", uid=entry.uid, version=entry.version)
             continue
@@ -120,17 +122,38 @@ def _text_doc(idx: dict[str, Any], names, cell_names, profile: StagedProfile | N
     return doc
 
 
-def _allowed(idx: dict[str, Any]) -> list[str]:
-    """The row's principals, as catalog_allowed() derives them in SQL."""
+def _allowed(idx: dict[str, Any]) -> list[str] | None:
+    """The row's principals as catalog_allowed() derives them in SQL, or None where only SQL
+    says it exactly (an element that is not a string: SQL takes its JSON text). A commit stores
+    ``coalesce(allowed, catalog_allowed(idx))``, so the function runs only for those rows."""
     value = idx.get("allowedRolesAndUsers")
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+    if not isinstance(value, list):
+        return []
+    if all(isinstance(v, str) for v in value):
+        return value
+    return None
 
 
 def _dumps(value: Any) -> str:
     try:
-        return orjson.dumps(value).decode()
+        text = orjson.dumps(value).decode()
     except TypeError as exc:
         raise BadValue(f"value cannot be stored as JSON: {exc}") from exc
+    # jsonb has no \u0000. The search is one pass in C; the walk only confirms a hit (the
+    # text may hold an escaped backslash followed by "u0000").
+    if "\\u0000" in text and _has_nul(value):
+        raise BadValue("values cannot contain NUL characters (PostgreSQL cannot store them)")
+    return text
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 async def _batch_state(conn: asyncpg.Connection, catalog: Catalog, batch_id: str) -> str | None:
@@ -360,7 +383,8 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
              "and tb.uid = s.uid and tb.version > s.version)")
     full = await conn.fetch(
         f"insert into {table} as t (catalog_id, rid, uid, path, parent, depth, allowed, idx, text, meta, version) "
-        f"select $1, s.rid, s.uid, s.path, s.parent, s.depth, catalog_allowed(s.idx), s.idx, s.text, s.meta, s.version "
+        f"select $1, s.rid, s.uid, s.path, s.parent, s.depth, coalesce(s.allowed, catalog_allowed(s.idx)), "
+        f"s.idx, s.text, s.meta, s.version "
         f"{staged} and s.idxs is null and {fresh} "
         f"on conflict (catalog_id, uid) do update set path = excluded.path, parent = excluded.parent, "
         f"depth = excluded.depth, allowed = excluded.allowed, idx = excluded.idx, text = excluded.text, "
