@@ -394,8 +394,11 @@ def machine(dsn: str) -> dict:
     with psycopg.connect(dsn) as conn:
         version = conn.execute("show server_version").fetchone()[0]
         buffers = conn.execute("show shared_buffers").fetchone()[0]
+        wal = conn.execute("show max_wal_size").fetchone()[0]
+        timeout = conn.execute("show checkpoint_timeout").fetchone()[0]
     return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
-            "postgresql": version.split()[0], "shared_buffers": buffers,
+            "postgresql": version.split()[0], "shared_buffers": buffers, "max_wal_size": wal,
+            "checkpoint_timeout": timeout,
             "database": "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded"}
 
 
@@ -513,7 +516,7 @@ def report(run: Run) -> str:
         "# Catalog service benchmark",
         "",
         f"`{command}` ({datetime.now(UTC):%Y-%m-%d}; {m['nproc']} CPUs ({m['cpu']}), Python {m['python']}, "
-        f"PostgreSQL {m['postgresql']} ({m['database']}, shared_buffers {m['shared_buffers']}); the service with "
+        f"PostgreSQL {m['postgresql']} ({m['database']}, shared_buffers {m['shared_buffers']}, max_wal_size {m.get('max_wal_size', '?')}, checkpoint_timeout {m.get('checkpoint_timeout', '?')}); the service with "
         f"{args.workers} uvicorn worker(s), the load generators on the same machine. The machine was shared "
         "with other work, so the ratios, measured in the same run, say more than the absolute times.)",
         "",

@@ -50,7 +50,7 @@ def test_serve_demo_on_a_fresh_embedded_postgresql(tmp_path):
         with psycopg.connect(f"postgresql://postgres:@/postgres?host={socket_dir}") as conn:
             settings = dict(conn.execute("select name, setting from pg_settings "
                                          "where name in ('max_wal_size', 'checkpoint_timeout')").fetchall())
-        assert settings == {"max_wal_size": "8192", "checkpoint_timeout": "1800"}
+        assert settings == {"max_wal_size": "24576", "checkpoint_timeout": "1800"}
     finally:
         server.terminate()
         output = server.communicate(timeout=30)[0]
