@@ -12,14 +12,34 @@ since each poll moves H at least to its own snapshot, so no change is ever skipp
   tid, and the row comes back without its state when they match (no transfer, no decoding).
 - An entry may be added only by an instance whose snapshot is not below H (what it read is
   current at its snapshot, hence at H), checked under the lock.
+- A poll drops an entry only if it saw a change of the object newer than the entry: an entry at
+  the tid the poll reports is that revision (history-free rows hold the newest only).
+- A commit of this process puts its own records at its tid T (``put_own``), only while the
+  horizon is not above T: the committer held the rows' locks, so no revision newer than T exists
+  yet, and the polls that later carry the horizon past T see any that comes. They are built
+  lazily (``Pending``), on the first load that wants them, as a load from the database would
+  build them (storage.py ``own_record``).
 - A pack that deleted objects (``gc_tid`` moved) empties the cache; commits of this process
-  drop their oids at ``tpc_finish``.
+  drop their oids at ``tpc_finish`` before putting their own records.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+
+
+class Pending:
+    """A record not built yet: ``make()`` builds it; ``size`` estimates its bytes."""
+
+    __slots__ = ("make", "size")
+
+    def __init__(self, make, size: int):
+        self.make = make
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
 
 
 class StateCache:
@@ -46,7 +66,26 @@ class StateCache:
                 return None
             self._entries.move_to_end(zoid)
             self.hits += 1
-            return entry[1]
+        if type(entry[1]) is not bytes:
+            entry = self._build(zoid, entry)
+        return None if entry is None else entry[1]
+
+    def _build(self, zoid: int, entry: tuple[int, Pending]) -> tuple[int, bytes] | None:
+        """Build a pending record (outside the lock) and keep it if the entry is still there."""
+        tid, pending = entry
+        try:
+            data = pending.make()
+        except Exception:  # noqa: BLE001 - the database has the record; never fail a load here
+            with self._lock:
+                if self._entries.get(zoid) is entry:
+                    del self._entries[zoid]
+                    self._size -= len(pending)
+            return None
+        with self._lock:
+            if self._entries.get(zoid) is entry:
+                self._entries[zoid] = (tid, data)
+                self._size += len(data) - len(pending)
+        return tid, data
 
     def current(self, zoid: int, snapshot: int) -> tuple[int, bytes] | None:
         """(tid, record) known current in ``snapshot`` without asking the database, or None."""
@@ -59,18 +98,25 @@ class StateCache:
                 return None
             self._entries.move_to_end(zoid)
             self.hits += 1
-            return entry
+        if type(entry[1]) is not bytes:
+            entry = self._build(zoid, entry)
+        return entry
 
-    def advance(self, since: int, snapshot: int, changed: list[int], gc_tid: int) -> None:
-        """A poll saw ``changed`` oids committed in (since, snapshot]."""
+    def advance(self, since: int, snapshot: int, changed: list[int], tids: list[int], gc_tid: int) -> None:
+        """A poll saw ``changed`` oids committed in (since, snapshot], at ``tids``."""
+        newest: dict[int, int] = {}
+        for zoid, tid in zip(changed, tids, strict=True):
+            if tid > newest.get(zoid, -1):
+                newest[zoid] = tid
         with self._lock:
             if self.gc_tid is not None and gc_tid != self.gc_tid:
                 self._entries.clear()
                 self._size = 0
             self.gc_tid = gc_tid
-            for zoid in changed:
-                entry = self._entries.pop(zoid, None)
-                if entry is not None:
+            for zoid, tid in newest.items():
+                entry = self._entries.get(zoid)
+                if entry is not None and entry[0] < tid:
+                    del self._entries[zoid]
                     self._size -= len(entry[1])
             if self.horizon is None:
                 if not self._entries:
@@ -102,6 +148,29 @@ class StateCache:
             while self._size > self.max_bytes:
                 _zoid, (_tid, evicted) = self._entries.popitem(last=False)
                 self._size -= len(evicted)
+
+    def put_own(self, tid: int, records: list[tuple[int, bytes | Pending]]) -> bool:
+        """Records this process committed at ``tid``; refused (False) once the horizon is past it."""
+        if self.max_bytes <= 0:
+            return False
+        with self._lock:
+            if self.horizon is None or self.horizon > tid:
+                return False
+            for zoid, record in records:
+                if len(record) > self.max_bytes // 8:
+                    continue
+                old = self._entries.get(zoid)
+                if old is not None:
+                    if old[0] > tid:
+                        continue
+                    self._size -= len(old[1])
+                self._entries[zoid] = (tid, record)
+                self._entries.move_to_end(zoid)
+                self._size += len(record)
+            while self._size > self.max_bytes:
+                _zoid, (_tid, evicted) = self._entries.popitem(last=False)
+                self._size -= len(evicted)
+            return True
 
     def clear(self) -> None:
         with self._lock:

@@ -47,7 +47,7 @@ from ZODB.utils import p64, u64, z64
 from zope.interface import implementer
 
 from plone_connector.storage import jsonstate
-from plone_connector.storage.cache import StateCache
+from plone_connector.storage.cache import Pending, StateCache
 from plone_connector.storage.listener import CHANNEL, InvalidationListener
 from plone_connector.storage.schema import migrate
 
@@ -137,6 +137,31 @@ class _Shared:
     exact_records: int = 0
     metrics_lock: threading.Lock = field(default_factory=threading.Lock)
     instances: int = 0
+
+
+def jsonb_order(value):
+    """A JSON value with its objects' keys in jsonb's order (shorter first, then by their UTF-8
+    bytes), as a state read back from PostgreSQL has them."""
+    if type(value) is dict:
+        return {key: jsonb_order(value[key]) for key in sorted(value, key=_jsonb_key)}
+    if type(value) is list:
+        return [jsonb_order(item) for item in value]
+    return value
+
+
+def _jsonb_key(key: str) -> tuple[int, bytes]:
+    raw = key.encode()
+    return len(raw), raw
+
+
+def own_record(class_name: str, state_json: str, exact: bytes | None) -> bytes | Pending:
+    """The record a load from the database returns for a row this process wrote: its exact copy,
+    or the pickle rebuilt from the state as jsonb gives it back (keys reordered; the encoder only
+    writes numbers whose value and type survive jsonb's numeric form, see jsonstate). Lazy."""
+    if exact is not None:
+        return bytes(exact)
+    return Pending(lambda: jsonstate.decode_record(class_name, jsonb_order(json.loads(state_json))),
+                   len(state_json))
 
 
 @dataclass
@@ -364,7 +389,7 @@ class JsonbStorage(ConflictResolvingStorage):
             since = cache.horizon if first else self._polled_tid
             zoids, tids, gc_tid = self._new_snapshot(since)
             snapshot = self._snapshot_tid
-            cache.advance(snapshot if since is None else since, snapshot, zoids, gc_tid)
+            cache.advance(snapshot if since is None else since, snapshot, zoids, tids or [], gc_tid)
             own = self._own_tid
             self._polled_tid = snapshot
             self._ltid = max(self._ltid, snapshot)
@@ -677,6 +702,8 @@ class JsonbStorage(ConflictResolvingStorage):
         self._restore_tid: int | None = None
         self._pending: dict[int, _PendingRow] = {}
         self._pickles: dict[int, bytes] = {}
+        # (class name, JSON text, exact copy) of each row written, for the process cache.
+        self._written: dict[int, tuple[str, str, bytes | None]] = {}
         self._prev_tids: dict[int, int] = {}
         self._flushed: set[int] = set()
         self._read_current: dict[int, int] = {}
@@ -775,6 +802,7 @@ class JsonbStorage(ConflictResolvingStorage):
         self._pending[row.zoid] = row
         # Kept for conflict resolution and, after commit, for loadSerial of what we wrote.
         self._pickles[row.zoid] = row.pickle
+        self._written[row.zoid] = (row.class_name, row.state_json, row.exact)
         self._prev_tids[row.zoid] = row.prev_tid
         if len(self._pending) >= STORE_BATCH_ROWS:
             self._flush()
@@ -1029,6 +1057,7 @@ class JsonbStorage(ConflictResolvingStorage):
                 (committed, new_row.class_name, new_row.state_json, new_row.refs, new_row.exact, zoid),
             )
             self._pickles[zoid] = resolved
+            self._written[zoid] = (new_row.class_name, new_row.state_json, new_row.exact)
             self._resolved.append(oid)
 
     def _check_refs_survived_pack(self, conn: psycopg.Connection) -> None:
@@ -1059,10 +1088,16 @@ class JsonbStorage(ConflictResolvingStorage):
                 self._commit_or_verify()
                 tid = p64(self._tid)
                 self._ltid = self._own_tid = self._tid
-                self._shared.cache.drop(list(self._pickles) + list(self._deletes))
+                cache = self._shared.cache
+                cache.drop(list(self._pickles) + list(self._deletes))
+                if not self._hp:
+                    # The records as a load from the database would build them (the written
+                    # pickle may differ in form): the same bytes in every process. Built on
+                    # the first load that wants them; a transaction that only writes pays
+                    # nothing. (History-preserving: loads may follow back pointers; not cached.)
+                    cache.put_own(self._tid, [(zoid, own_record(*self._written[zoid]))
+                                              for zoid in self._written if zoid not in self._deletes])
                 for zoid, pickle in self._pickles.items():
-                    # Not into the process cache: loads return what the database rebuilds,
-                    # the same bytes in every process (the written pickle may differ in form).
                     self._remember(p64(zoid), tid, pickle)
                 for oid, filename in self._blob_files.items():
                     self._cache_blob_file(oid, tid, filename)

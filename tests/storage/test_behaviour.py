@@ -409,3 +409,48 @@ def test_prefetch_loads_many_objects_in_one_round_trip(storage, other_process):
         conn.close()
     finally:
         db.close()
+
+
+def test_own_commits_are_loaded_from_the_process_cache(storage, other_process):
+    """Records this process committed are served without a round trip, as the same bytes another
+    process loads from PostgreSQL; a snapshot from before the commit still reads the old revision,
+    and another process's later change is seen."""
+    db = ZODB.DB(storage)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        conn.root()["docs"] = docs = [PersistentMapping(v=i) for i in range(10)]
+        tm.commit()
+        oids = [doc._p_oid for doc in docs]
+        before = storage.new_instance()
+        before.poll_invalidations()
+        old_record = before.load(oids[0])
+        for doc in docs:
+            doc["v"] += 100
+        tm.commit()
+        cache = storage._shared.cache
+        reader = storage.new_instance()
+        reader.poll_invalidations()
+        hits = cache.hits
+        records = [reader.load(oid) for oid in oids]
+        assert cache.hits == hits + len(oids)
+        assert [_value(conn, data) for data, _ in records] == [100 + i for i in range(10)]
+        elsewhere = other_process()
+        assert [elsewhere.load(oid) for oid in oids] == records  # same bytes, same tids
+        assert before.load(oids[0]) == old_record  # its snapshot predates the commit
+        # Another process changes one object; this process's next snapshot reads its revision.
+        db2 = ZODB.DB(other_process())
+        tm2 = transaction.TransactionManager()
+        conn2 = db2.open(tm2)
+        conn2.get(oids[0])["v"] = -1
+        tm2.commit()
+        fresh = storage.new_instance()
+        fresh.poll_invalidations()
+        assert _value(conn, fresh.load(oids[0])[0]) == -1
+        conn2.close()
+        db2.close()
+        for instance in (before, reader, fresh, elsewhere):
+            instance.release()
+        conn.close()
+    finally:
+        db.close()

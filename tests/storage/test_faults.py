@@ -86,6 +86,7 @@ def test_load_connection_dropped(storage):
         conn.root()["b"] = PersistentMapping(v=2)
         tm.commit()
         conn.cacheMinimize()
+        storage._shared.cache.clear()  # the process cache holds our own commit: load from PostgreSQL
         instance = conn._storage
         # Between transactions: the next snapshot reconnects, unnoticed.
         terminate(storage._shared.dsn, instance._load_conn.info.backend_pid)
