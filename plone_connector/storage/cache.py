@@ -85,7 +85,13 @@ class StateCache:
             if self._entries.get(zoid) is entry:
                 self._entries[zoid] = (tid, data)
                 self._size += len(data) - len(pending)
+                self._evict()
         return tid, data
+
+    def _evict(self) -> None:
+        while self._size > self.max_bytes and self._entries:
+            _zoid, (_tid, evicted) = self._entries.popitem(last=False)
+            self._size -= len(evicted)
 
     def current(self, zoid: int, snapshot: int) -> tuple[int, bytes] | None:
         """(tid, record) known current in ``snapshot`` without asking the database, or None."""
@@ -110,8 +116,14 @@ class StateCache:
                 newest[zoid] = tid
         with self._lock:
             if self.gc_tid is not None and gc_tid != self.gc_tid:
+                # Objects were deleted: nothing cached may predate this snapshot. Empty, the
+                # cache holds the horizon trivially; moved to the snapshot, it makes put and
+                # put_own refuse records read or written before the deletion (which no poll
+                # would report), even when this poll's ``since`` is above the horizon.
                 self._entries.clear()
                 self._size = 0
+                if self.horizon is not None:
+                    self.horizon = max(self.horizon, snapshot)
             self.gc_tid = gc_tid
             for zoid, tid in newest.items():
                 entry = self._entries.get(zoid)
@@ -145,9 +157,7 @@ class StateCache:
             self._entries[zoid] = (tid, record)
             self._entries.move_to_end(zoid)
             self._size += len(record)
-            while self._size > self.max_bytes:
-                _zoid, (_tid, evicted) = self._entries.popitem(last=False)
-                self._size -= len(evicted)
+            self._evict()
 
     def put_own(self, tid: int, records: list[tuple[int, bytes | Pending]]) -> bool:
         """Records this process committed at ``tid``; refused (False) once the horizon is past it."""
@@ -167,9 +177,7 @@ class StateCache:
                 self._entries[zoid] = (tid, record)
                 self._entries.move_to_end(zoid)
                 self._size += len(record)
-            while self._size > self.max_bytes:
-                _zoid, (_tid, evicted) = self._entries.popitem(last=False)
-                self._size -= len(evicted)
+            self._evict()
             return True
 
     def clear(self) -> None:

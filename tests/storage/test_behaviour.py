@@ -454,3 +454,23 @@ def test_own_commits_are_loaded_from_the_process_cache(storage, other_process):
         conn.close()
     finally:
         db.close()
+
+
+def test_process_cache_takes_nothing_from_before_a_deletion():
+    """A poll that sees objects deleted (gc_tid moved) empties the cache and moves its horizon to
+    its snapshot, even when the poll starts above the horizon: a record written or read before the
+    deletion, which no later poll would report, is refused afterwards (found in review)."""
+    from plone_connector.storage.cache import StateCache
+
+    cache = StateCache(1 << 20)
+    cache.advance(90, 100, [], [], gc_tid=1)  # horizon 100
+    cache.put_own(100, [(7, b"kept")])
+    assert cache.current(7, 100) == (100, b"kept")
+    # An instance that loaded before its first poll polls from 180: a pack deleted objects.
+    cache.advance(180, 190, [], [], gc_tid=2)
+    assert cache.current(7, 100) is None
+    assert cache.horizon == 190
+    assert not cache.put_own(150, [(8, b"deleted since")])  # committed before the deletion
+    cache.put(8, 150, b"deleted since", snapshot=160)  # read before the deletion
+    cache.advance(100, 220, [], [], gc_tid=2)  # nothing reports the deleted object
+    assert cache.current(8, 215) is None
