@@ -527,7 +527,8 @@ def report(run: Run) -> str:
         "# Catalog service benchmark",
         "",
         f"`{command}` ({datetime.now(UTC):%Y-%m-%d}; {m['nproc']} CPUs ({m['cpu']}), Python {m['python']}, "
-        f"PostgreSQL {m['postgresql']} ({m['database']}, shared_buffers {m['shared_buffers']}, max_wal_size {m.get('max_wal_size', '?')}, checkpoint_timeout {m.get('checkpoint_timeout', '?')}); the service with "
+        f"PostgreSQL {m['postgresql']} ({m['database']}, shared_buffers {m['shared_buffers']}, "
+        f"max_wal_size {m['max_wal_size']}, checkpoint_timeout {m['checkpoint_timeout']}); the service with "
         f"{args.workers} uvicorn worker(s), the load generators on the same machine. The machine was shared "
         "with other work, so the ratios, measured in the same run, say more than the absolute times.)",
         "",

@@ -144,19 +144,12 @@ class StateCache:
                     self._size -= len(entry[1])
 
     def put(self, zoid: int, tid: int, record: bytes, snapshot: int | None = None) -> None:
-        if self.max_bytes <= 0 or len(record) > self.max_bytes // 8:
+        if self.max_bytes <= 0:
             return
         with self._lock:
             if self.horizon is None or snapshot is None or snapshot < self.horizon:
                 return  # a change after our snapshot may already have been dropped
-            old = self._entries.get(zoid)
-            if old is not None:
-                if old[0] > tid:
-                    return  # keep the newer revision
-                self._size -= len(old[1])
-            self._entries[zoid] = (tid, record)
-            self._entries.move_to_end(zoid)
-            self._size += len(record)
+            self._insert(zoid, tid, record)
             self._evict()
 
     def put_own(self, tid: int, records: list[tuple[int, bytes | Pending]]) -> bool:
@@ -167,18 +160,22 @@ class StateCache:
             if self.horizon is None or self.horizon > tid:
                 return False
             for zoid, record in records:
-                if len(record) > self.max_bytes // 8:
-                    continue
-                old = self._entries.get(zoid)
-                if old is not None:
-                    if old[0] > tid:
-                        continue
-                    self._size -= len(old[1])
-                self._entries[zoid] = (tid, record)
-                self._entries.move_to_end(zoid)
-                self._size += len(record)
+                self._insert(zoid, tid, record)
             self._evict()
             return True
+
+    def _insert(self, zoid: int, tid: int, record: bytes | Pending) -> None:
+        """Under the lock: the record at ``tid``, unless it is too big or a newer one is cached."""
+        if len(record) > self.max_bytes // 8:
+            return
+        old = self._entries.get(zoid)
+        if old is not None:
+            if old[0] > tid:
+                return  # keep the newer revision
+            self._size -= len(old[1])
+        self._entries[zoid] = (tid, record)
+        self._entries.move_to_end(zoid)
+        self._size += len(record)
 
     def clear(self) -> None:
         with self._lock:
