@@ -64,8 +64,15 @@ class _DeadlinePassed(BaseException):
     """Raised into the expanding thread; a BaseException, so no ``except Exception`` eats it."""
 
 
-def _set_async_exc(thread_id: int, exc) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
+def _raise_in(thread_id: int) -> None:
+    """Make ``thread_id`` raise _DeadlinePassed at its next bytecode check. Never withdrawn with
+    NULL: on Python 3.11 that leaves the interpreter's asynchronous-exception signal set, and the
+    next traced function call (coverage, a debugger) loops forever."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(_DeadlinePassed))
+
+
+def _take_delivery() -> None:
+    """A function call: entering it checks for an asynchronous exception and raises it here."""
 
 
 class _Watchdog:
@@ -77,10 +84,13 @@ class _Watchdog:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        # The lock is taken directly (C code) where an exception may be pending for the caller:
+        # Condition.__exit__ is Python, and an exception raised on entering it would leave the
+        # lock held for good.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int]] = []  # (deadline, token), cancelled tokens left in
         self._waiting: dict[int, int] = {}  # token -> thread id, until finished or fired
-        self._fired: set[int] = set()
         self._tokens = itertools.count()
         self._thread: threading.Thread | None = None
 
@@ -97,12 +107,16 @@ class _Watchdog:
             return token
 
     def disarm(self, token: int) -> None:
-        """Called when the expansion ended: an exception set but not yet delivered is withdrawn, so
-        it cannot surface later in unrelated code of this thread."""
-        with self._cond:
-            if self._waiting.pop(token, None) is None and token in self._fired:
-                self._fired.discard(token)
-                _set_async_exc(threading.get_ident(), None)
+        """Called when the expansion ended. If the deadline fired, its exception is taken here at
+        the latest (it may already have been raised), so it cannot surface later in unrelated code
+        of this thread; raised before ``_take_delivery``, it propagates as a passed deadline."""
+        with self._lock:
+            fired = self._waiting.pop(token, None) is None
+        if fired:
+            try:  # noqa: SIM105 - contextlib.suppress enters Python code first, where it would be raised
+                _take_delivery()
+            except _DeadlinePassed:
+                pass
 
     def _run(self) -> None:
         with self._cond:
@@ -118,8 +132,7 @@ class _Watchdog:
                     self._cond.wait(delay)
                     continue
                 heapq.heappop(self._heap)
-                self._fired.add(token)
-                _set_async_exc(self._waiting.pop(token), _DeadlinePassed)
+                _raise_in(self._waiting.pop(token))
 
 
 _watchdog = _Watchdog()
