@@ -33,6 +33,11 @@ class Settings(BaseSettings):
     # (store/search.py CountCache); 0 turns the cache off.
     count_cache_size: int = Field(default=10000, ge=0)
     work_mem: str = Field(default="32MB", pattern=r"^[0-9]+ ?(kB|MB|GB)$")
+    # Building a catalog's deferred indexes after a bulk load (POST /catalogs/{id}/indexes/build):
+    # this many indexes at a time, each with this maintenance_work_mem (a GIN build collects its
+    # entries in it, a B-tree build sorts in it).
+    index_builders: int = Field(default=2, ge=1, le=16)
+    index_build_memory: str = Field(default="512MB", pattern=r"^[0-9]+ ?(kB|MB|GB)$")
 
     # Bearer token of operators: create/drop catalogs, and connector rights on every catalog.
     admin_token: str = ""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
 
@@ -10,10 +13,11 @@ from catalog_schemas.api import Batch, CatalogCreate, CatalogInfo, SchemaUpdate,
 from ..errors import BadRequest, NotFound
 from ..indexes.text import CELLS_SUFFIX
 from ..store import batches
-from ..store.catalogs import Catalog
+from ..store.catalogs import Catalog, build_indexes, defer_indexes, missing_indexes, plain_name
 from .auth import Credential, identify, mint_token, require_admin, require_trusted
 from .deps import credential, json_response
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/catalogs", tags=["catalogs"])
 
 
@@ -65,6 +69,36 @@ async def clear_catalog(name: str, request: Request, cred: Credential = Depends(
     async with request.app.state.db.acquire() as conn:
         counter = await request.app.state.registry.clear(conn, catalog)
     return {"id": name, "counter": counter, "objects": 0}
+
+
+@router.post("/{name}/indexes/defer")
+async def defer_catalog_indexes(name: str, request: Request, cred: Credential = Depends(credential)):
+    """Drop the catalog's secondary SQL indexes for a bulk load (docs/decisions/0010). Queries stay
+    correct and become scans until ``/indexes/build``."""
+    catalog, _ = await trusted_catalog(request, name, cred)
+    async with request.app.state.db.acquire() as conn:
+        dropped = await defer_indexes(conn, catalog)
+    return {"id": name, "deferred": dropped}
+
+
+@router.post("/{name}/indexes/build")
+async def build_catalog_indexes(name: str, request: Request, cred: Credential = Depends(credential)):
+    """Build every secondary index the catalog lacks (after a bulk load), then ANALYZE it. Batch
+    commits wait while an index builds; queries go on. Answers when done."""
+    catalog, _ = await trusted_catalog(request, name, cred)
+    state = request.app.state
+    began = time.monotonic()
+    built = await build_indexes(state.db.primary, catalog, builders=state.settings.index_builders,
+                                memory=state.settings.index_build_memory, progress=log.info)
+    return {"id": name, "built": built, "seconds": round(time.monotonic() - began, 3)}
+
+
+@router.get("/{name}/indexes/missing")
+async def missing_catalog_indexes(name: str, request: Request, cred: Credential = Depends(credential)):
+    """The secondary SQL indexes the catalog's partition lacks (deferred, or not built yet)."""
+    catalog, _ = await trusted_catalog(request, name, cred)
+    async with request.app.state.db.acquire() as conn:
+        return {"id": name, "missing": [plain_name(n) for _, n, _ in await missing_indexes(conn, catalog)]}
 
 
 @router.delete("/{name}", status_code=204)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -183,11 +184,12 @@ class CatalogRegistry:
                 f"create table {table} partition of catalog_object for values in ({catalog.id})")
             await _tune_partition(conn, table)
             await conn.execute(f"create unique index {table}_rid on {table} (rid)")
-            await conn.execute(f"create index {table}_path on {table} (path)")
-            await conn.execute(f"create index {table}_parent on {table} (parent, rid)")
             for index in catalog.schema.indexes.values():
                 for statement in index.ddl(table):
-                    await conn.execute(statement)
+                    if statement.startswith("create statistics"):
+                        await conn.execute(statement)
+            for _, _, statement in secondary_indexes(catalog):
+                await conn.execute(statement)
         self._cache[spec.id] = catalog
         return catalog, token
 
@@ -273,33 +275,103 @@ class CatalogRegistry:
             options = await conn.fetchval("select reloptions from pg_class where relname = $1", catalog.table)
             if TOAST_TARGET_OPTION not in (options or []):
                 await _tune_partition(conn, catalog.table)
-            wanted = []  # (index, statement, quoted name) of every SQL index this version declares
             for index in catalog.schema.indexes.values():
                 for statement in index.ddl(catalog.table):
                     if statement.startswith("create statistics"):
                         await conn.execute(statement)
-                    else:
-                        wanted.append((index, statement, _CREATED_INDEX.match(statement).group(1)))
-            absent = set(await conn.fetchval("select coalesce(array_agg(n), '{}') from unnest($1::text[]) n "
-                                             "where to_regclass(n) is null", [name for _, _, name in wanted]))
-            for index, statement, name in wanted:
-                if name not in absent:
-                    continue
+            for index, name, statement in await missing_indexes(conn, catalog):
                 if not build_indexes:
                     missing.append(f"{catalog.name}: {name}")
                     continue
                 began = time.monotonic()
                 await conn.execute(statement.replace("create index if not exists",
                                                      "create index concurrently if not exists", 1))
-                for suffix in index.superseded:
+                for suffix in index.superseded if index is not None else ():
                     await conn.execute(f"drop index concurrently if exists "
                                        f"{index_ident(catalog.table, index.name, suffix)}")
                 if progress is not None:
                     progress(f"{catalog.name}: built {name} in {time.monotonic() - began:.1f} s")
         if missing:
-            log.warning("catalog indexes of this version are missing (run `catalog-service migrate` to build "
-                        "them): %s", ", ".join(missing))
+            log.warning("catalog indexes are missing, new in this version or deferred by a bulk load that did not "
+                        "build them (run `catalog-service migrate`, or POST /catalogs/{id}/indexes/build): %s",
+                        ", ".join(missing))
         return missing
 
     async def count(self, conn: asyncpg.Connection, catalog: Catalog) -> int:
         return await conn.fetchval(f"select count(*) from {catalog.table}")
+
+
+def secondary_indexes(catalog: Catalog) -> list[tuple[object, str, str]]:
+    """(index or None, quoted name, create statement) of every SQL index of the catalog's
+    partition but its keys (uid, rid): the ones a bulk load may leave out and build at the end."""
+    table = catalog.table
+    found: list[tuple[object, str, str]] = [
+        (None, f"{table}_path", f"create index if not exists {table}_path on {table} (path)"),
+        (None, f"{table}_parent", f"create index if not exists {table}_parent on {table} (parent, rid)")]
+    for index in catalog.schema.indexes.values():
+        for statement in index.ddl(table):
+            if not statement.startswith("create statistics"):
+                found.append((index, _CREATED_INDEX.match(statement).group(1), statement))
+    return found
+
+
+def plain_name(name: str) -> str:
+    """An index name as PostgreSQL lists it: without the quotes of a mixed-case identifier."""
+    return name[1:-1].replace('""', '"') if name.startswith('"') else name
+
+
+async def missing_indexes(conn: asyncpg.Connection, catalog: Catalog) -> list[tuple[object, str, str]]:
+    """The catalog's secondary indexes (as :func:`secondary_indexes`) that its partition lacks."""
+    wanted = secondary_indexes(catalog)
+    absent = set(await conn.fetchval("select coalesce(array_agg(n), '{}') from unnest($1::text[]) n "
+                                     "where to_regclass(n) is null", [name for _, name, _ in wanted]))
+    return [entry for entry in wanted if entry[1] in absent]
+
+
+async def defer_indexes(conn: asyncpg.Connection, catalog: Catalog) -> list[str]:
+    """Drop the catalog's secondary indexes before a bulk load (docs/decisions/0010): each row
+    then costs PostgreSQL a heap write and its two key entries instead of some thirty index
+    updates, and :func:`build_indexes` builds each index once, from sorted data, at the end.
+    Queries stay correct meanwhile, only slower (they scan). Returns the names dropped."""
+    async with conn.transaction():
+        await lock_writes(conn, catalog, exclusive=True)
+        present = {name for _, name, _ in secondary_indexes(catalog)}
+        present -= {name for _, name, _ in await missing_indexes(conn, catalog)}
+        dropped = [name for _, name, _ in secondary_indexes(catalog) if name in present]
+        for name in dropped:
+            await conn.execute(f"drop index if exists {name}")
+    log.info("catalog %s: %d indexes deferred until built", catalog.name, len(dropped))
+    return [plain_name(name) for name in dropped]
+
+
+async def build_indexes(pool: asyncpg.Pool, catalog: Catalog, builders: int = 2, memory: str = "512MB",
+                        progress=None) -> list[str]:
+    """Build every secondary index the catalog's partition lacks, ``builders`` at a time on
+    connections of ``pool``, then ANALYZE it. Plain ``create index``: each build reads the table
+    once and sorts, and holds writes to the catalog off while it runs (reads go on). Returns the
+    names built; ``progress`` gets a line per index."""
+    async with pool.acquire() as conn:
+        queue = await missing_indexes(conn, catalog)
+    built: list[str] = []
+
+    async def builder() -> None:
+        async with pool.acquire() as conn:
+            while queue:
+                _, name, statement = queue.pop(0)
+                began = time.monotonic()
+                async with conn.transaction():
+                    # Shared: batch commits may wait for the build, a clear or drop may not run under it.
+                    await lock_writes(conn, catalog, exclusive=False)
+                    await conn.execute("set local statement_timeout = 0")
+                    await conn.execute("set local max_parallel_maintenance_workers = 0")  # builders in parallel instead
+                    await conn.execute(f"set local maintenance_work_mem = '{memory}'")
+                    await conn.execute(statement)
+                built.append(plain_name(name))
+                if progress is not None:
+                    progress(f"{catalog.name}: built {name} in {time.monotonic() - began:.1f} s")
+
+    await asyncio.gather(*(builder() for _ in range(max(1, builders))))
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("set local statement_timeout = 0")
+        await conn.execute(f"analyze {catalog.table}")
+    return built
