@@ -4,6 +4,7 @@
     catalog-service migrate
     catalog-service demo [--catalog demo] [--objects 2000]
     catalog-service stats [CATALOG]
+    catalog-service indexes {missing,defer,build} CATALOG
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ async def load_demo(dsn: str, name: str, count: int, chunk: int = 2000, quiet: b
     from .demo import objects, plone_catalog
     from .errors import NotFound
     from .store import batches
-    from .store.catalogs import CatalogRegistry
+    from .store.catalogs import CatalogRegistry, defer_indexes
 
     registry = CatalogRegistry()
     conn = await _connect(dsn)
@@ -72,6 +73,10 @@ async def load_demo(dsn: str, name: str, count: int, chunk: int = 2000, quiet: b
             pass
         catalog, token = await registry.create(conn, plone_catalog(name))
         started = time.perf_counter()
+        # A large demo loads as a rebuild does: indexes built at the end (docs/decisions/0010).
+        deferred = count >= DEFER_INDEXES_FROM
+        if deferred:
+            await defer_indexes(conn, catalog)
         pending: list[dict] = []
         done = 0
 
@@ -93,9 +98,12 @@ async def load_demo(dsn: str, name: str, count: int, chunk: int = 2000, quiet: b
                 await flush()
         if pending:
             await flush()
-        await conn.execute(f"analyze {catalog.table}")
         if not quiet:
             print(file=sys.stderr)
+        if deferred:
+            await _build(dsn, catalog, None if quiet else lambda line: print(line, file=sys.stderr, flush=True))
+        else:
+            await conn.execute(f"analyze {catalog.table}")
         return token
     finally:
         await conn.close()
@@ -122,6 +130,54 @@ async def _stats(dsn: str, name: str | None) -> None:
         await conn.close()
 
 
+# Demo catalogs from this many objects on are loaded with their indexes deferred.
+DEFER_INDEXES_FROM = 20000
+
+
+async def _build(dsn: str, catalog, progress) -> list[str]:
+    """Build the catalog's missing indexes on a pool of the configured number of builders."""
+    import asyncpg
+
+    from .store.catalogs import build_indexes
+    from .store.database import _init_connection
+
+    settings = get_settings()
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=settings.index_builders + 1, init=_init_connection)
+    try:
+        return await build_indexes(pool, catalog, builders=settings.index_builders,
+                                   memory=settings.index_build_memory, progress=progress)
+    finally:
+        await pool.close()
+
+
+async def _indexes(dsn: str, action: str, name: str) -> int:
+    """List, defer or build a catalog's secondary indexes (docs/decisions/0010)."""
+    from .errors import NotFound
+    from .store.catalogs import CatalogRegistry, defer_indexes, missing_indexes, plain_name
+
+    conn = await _connect(dsn)
+    try:
+        try:
+            catalog, _ = await CatalogRegistry().get(conn, name)
+        except NotFound:
+            print(f"no catalog {name!r}", file=sys.stderr)
+            return 1
+        if action == "missing":
+            for _, index, _ in await missing_indexes(conn, catalog):
+                print(plain_name(index))
+            return 0
+        if action == "defer":
+            dropped = await defer_indexes(conn, catalog)
+            print(f"{len(dropped)} indexes of {name!r} deferred; build them with `catalog-service indexes build {name}`")
+            return 0
+    finally:
+        await conn.close()
+    started = time.perf_counter()
+    built = await _build(dsn, catalog, lambda line: print(line, file=sys.stderr, flush=True))
+    print(f"{len(built)} indexes of {name!r} built in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="catalog-service", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -136,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--objects", type=int, default=2000)
     stats = sub.add_parser("stats", help="show catalogs and their sizes")
     stats.add_argument("catalog", nargs="?")
+    indexes = sub.add_parser("indexes", help="list, defer (before a bulk load) or build a catalog's SQL indexes")
+    indexes.add_argument("action", choices=["missing", "defer", "build"])
+    indexes.add_argument("catalog")
     args = parser.parse_args(argv)
 
     settings = get_settings()
@@ -153,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "stats":
         asyncio.run(_stats(_dsn(), args.catalog))
         return 0
+    if args.command == "indexes":
+        return asyncio.run(_indexes(_dsn(), args.action, args.catalog))
 
     import uvicorn
 

@@ -4,6 +4,11 @@ the indexes the catalog had."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import subprocess
+import sys
 import uuid
 
 import httpx
@@ -127,3 +132,60 @@ def test_index_routes_need_the_catalogs_credential(live_service, loaded):
     with live_service.client() as admin:
         assert admin.post("/catalogs/no-such-catalog/indexes/defer").status_code == 404
     assert len(index_definitions(live_service.database_url, name)) > 20  # nothing was dropped
+
+
+def run_cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "catalog_service.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, "DATABASE_URL": database_url}, timeout=120)
+
+
+def test_operators_defer_and_build_from_the_command_line(live_service, loaded):
+    admin, name = loaded
+    post_batches(admin, name, list(demo.objects(300, seed=5)), "cli")
+    indexes = index_definitions(live_service.database_url, name)
+    before = answers(admin, name)
+
+    assert run_cli(live_service.database_url, "indexes", "missing", name).stdout == ""
+    deferred = run_cli(live_service.database_url, "indexes", "defer", name)
+    assert deferred.returncode == 0, deferred.stderr
+    assert f"{len(indexes) - 2} indexes of {name!r} deferred" in deferred.stdout
+    missing = run_cli(live_service.database_url, "indexes", "missing", name).stdout.split()
+    assert sorted(missing) == sorted(set(indexes) - set(index_definitions(live_service.database_url, name)))
+
+    built = run_cli(live_service.database_url, "indexes", "build", name)
+    assert built.returncode == 0, built.stderr
+    assert built.stderr.count(": built ") == len(missing)  # a progress line per index
+    assert index_definitions(live_service.database_url, name) == indexes
+    assert answers(admin, name) == before
+
+    unknown = run_cli(live_service.database_url, "indexes", "build", "no-such-catalog")
+    assert unknown.returncode == 1 and "no catalog" in unknown.stderr
+
+
+def test_a_large_demo_loads_with_its_indexes_deferred(live_service, monkeypatch, caplog):
+    from catalog_service import cli
+
+    names = ["demo-" + uuid.uuid4().hex[:8] for _ in range(2)]
+    caplog.set_level(logging.INFO, logger="catalog_service.store.catalogs")
+    monkeypatch.setattr(cli, "DEFER_INDEXES_FROM", 500)  # the first loads as a large one, the second not
+    asyncio.run(cli.load_demo(live_service.database_url, names[0], 600, chunk=200, quiet=True))
+    monkeypatch.setattr(cli, "DEFER_INDEXES_FROM", 10**9)
+    asyncio.run(cli.load_demo(live_service.database_url, names[1], 600, chunk=200, quiet=True))
+    deferrals = [r.getMessage() for r in caplog.records if "deferred until built" in r.getMessage()]
+    assert len(deferrals) == 1 and names[0] in deferrals[0]
+    with live_service.client() as admin:
+        try:
+            assert admin.get(f"/catalogs/{names[0]}/indexes/missing").json()["missing"] == []
+            assert (sorted(index_definitions(live_service.database_url, names[0]).values())
+                    == sorted(d.replace(names_table(live_service.database_url, names[1]),
+                                        names_table(live_service.database_url, names[0]))
+                              for d in index_definitions(live_service.database_url, names[1]).values()))
+            assert answers(admin, names[0]) == answers(admin, names[1])
+        finally:
+            for name in names:
+                admin.delete(f"/catalogs/{name}")
+
+
+def names_table(database_url: str, name: str) -> str:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("select 'catalog_object_' || id from catalog where name = %s", (name,)).fetchone()[0]
