@@ -34,6 +34,22 @@ NEWOBJ = b"\x81"
 BUILD = b"b"
 BINPERSID = b"Q"
 
+# Opcodes with a one-byte argument, prebuilt: memo puts and gets, small ints, short bytes.
+_BINPUT = [b"q" + bytes((i,)) for i in range(256)]
+_BINGET = [b"h" + bytes((i,)) for i in range(256)]
+_BININT1 = [b"K" + bytes((i,)) for i in range(256)]
+_SHORT_BINBYTES = [b"C" + bytes((i,)) for i in range(256)]
+
+# The opcodes of names and short texts that recur from record to record (attribute names,
+# classes), built once. Bounded: cleared when full.
+_CACHE_LIMIT = 20_000
+_CACHED_TEXT_LENGTH = 64
+_str_opcodes: dict[str, bytes] = {}
+_global_opcodes: dict[str, bytes] = {}
+
+_CALL_FIELDS = frozenset({"func", "class", "args", "items", "dictitems", "state"})
+_DATETIME_FIELDS = frozenset({"utc", "tz", "naive"})
+
 _EPOCH = datetime.datetime(1970, 1, 1)
 _MICROSECOND = datetime.timedelta(microseconds=1)
 
@@ -100,13 +116,32 @@ def _check_list(value, tag: str) -> list:
     return value
 
 
+def _str_opcode(text: str) -> bytes:
+    data = text.encode("utf-8", "surrogatepass")
+    opcode = b"X" + _pack_u4(len(data)) + data
+    if len(text) <= _CACHED_TEXT_LENGTH:
+        if len(_str_opcodes) >= _CACHE_LIMIT:
+            _str_opcodes.clear()
+        _str_opcodes[text] = opcode
+    return opcode
+
+
+def _global_opcode(dotted) -> bytes:
+    module, name = split_global(dotted)
+    opcode = b"c" + module.encode("utf-8") + b"\n" + name.encode("utf-8") + b"\n"
+    if len(_global_opcodes) >= _CACHE_LIMIT:
+        _global_opcodes.clear()
+    _global_opcodes[dotted] = opcode
+    return opcode
+
+
 class RecordWriter:
     """Emits one record; the memo is shared by the class pickle and the state pickle."""
 
     def __init__(self, state_root):
         self.out: list[bytes] = []
         self.memo_size = 0
-        self.global_memo: dict[tuple[str, str], int] = {}
+        self.global_memo: dict[str, int] = {}  # "module.name" -> memo index
         self.root = state_root
         self.shared_memo: dict[int, int] = {}  # @shared id -> memo index
         self.shared_defs: dict[int, object] | None = None
@@ -116,43 +151,45 @@ class RecordWriter:
 
     def put(self) -> int:
         index = self.memo_size
-        self.memo_size += 1
-        self.out.append(b"q" + bytes((index,)) if index < 256 else b"r" + _pack_u4(index))
+        self.memo_size = index + 1
+        self.out.append(_BINPUT[index] if index < 256 else b"r" + _pack_u4(index))
         return index
 
     def get(self, index: int) -> None:
-        self.out.append(b"h" + bytes((index,)) if index < 256 else b"j" + _pack_u4(index))
+        self.out.append(_BINGET[index] if index < 256 else b"j" + _pack_u4(index))
 
     def created(self, share: int | None) -> None:
         """Called right after an object is created, before its contents (recursion)."""
         if share is not None:
             self.shared_memo[share] = self.put()
 
-    def write_global(self, module: str, name: str) -> None:
-        key = (module, name)
-        index = self.global_memo.get(key)
-        if index is not None:
-            self.get(index)
-            return
-        self.out.append(b"c" + module.encode("utf-8") + b"\n" + name.encode("utf-8") + b"\n")
-        self.global_memo[key] = self.put()
-
-    def write_dotted_global(self, dotted) -> None:
-        self.write_global(*split_global(dotted))
+    def write_global(self, dotted) -> None:
+        """GLOBAL "module.name"; memoized, so a record names each global once."""
+        opcode = None
+        if type(dotted) is str:
+            index = self.global_memo.get(dotted)
+            if index is not None:
+                self.get(index)
+                return
+            opcode = _global_opcodes.get(dotted)
+        if opcode is None:
+            opcode = _global_opcode(dotted)
+        self.out.append(opcode)
+        self.global_memo[dotted] = self.put()
 
     def write_str(self, text: str) -> None:
-        data = text.encode("utf-8", "surrogatepass")
-        self.out.append(b"X" + _pack_u4(len(data)) + data)
+        opcode = _str_opcodes.get(text)
+        self.out.append(opcode if opcode is not None else _str_opcode(text))
 
     def write_bytes(self, data: bytes) -> None:
         if len(data) < 256:
-            self.out.append(b"C" + bytes((len(data),)) + data)
+            self.out.append(_SHORT_BINBYTES[len(data)] + data)
         else:
             self.out.append(b"B" + _pack_u4(len(data)) + data)
 
     def write_int(self, value: int) -> None:
         if 0 <= value < 256:
-            self.out.append(b"K" + bytes((value,)))
+            self.out.append(_BININT1[value])
         elif 0 <= value < 65536:
             self.out.append(b"M" + value.to_bytes(2, "little"))
         elif -0x80000000 <= value <= 0x7FFFFFFF:
@@ -168,22 +205,35 @@ class RecordWriter:
     def write_float(self, value: float) -> None:
         self.out.append(b"G" + _pack_double(value))
 
+    def write_values(self, values: list) -> None:
+        # Texts, None and booleans (most items) inline, without a call.
+        append = self.out.append
+        str_get = _str_opcodes.get
+        for item in values:
+            kind = type(item)
+            if kind is str:
+                opcode = str_get(item)
+                append(opcode if opcode is not None else _str_opcode(item))
+            elif item is None:
+                append(NONE)
+            elif kind is bool:
+                append(NEWTRUE if item else NEWFALSE)
+            else:
+                self.value(item)
+
     def write_tuple(self, items: list) -> None:
         if len(items) <= 3:
-            for item in items:
-                self.value(item)
+            self.write_values(items)
             self.out.append(TUPLES[len(items)])
         else:
             self.out.append(MARK)
-            for item in items:
-                self.value(item)
+            self.write_values(items)
             self.out.append(TUPLE)
 
     def write_items(self, items: list) -> None:
         if items:
             self.out.append(MARK)
-            for item in items:
-                self.value(item)
+            self.write_values(items)
             self.out.append(APPENDS)
 
     def write_dictitems(self, pairs: list) -> None:
@@ -198,9 +248,7 @@ class RecordWriter:
 
     def value(self, value, share: int | None = None) -> None:
         kind = type(value)
-        if kind is str:
-            self.write_str(value)
-        elif kind is dict:
+        if kind is dict:
             if len(value) == 1:
                 key = next(iter(value))
                 if key[:1] == "@":
@@ -209,25 +257,16 @@ class RecordWriter:
                         raise FormatError(f"unknown tag {key!r}")
                     handler(self, value[key], share)
                     return
-            append = self.out.append
-            append(EMPTY_DICT)
-            self.created(share)
-            if value:
-                append(MARK)
-                for key, item in value.items():
-                    if type(key) is not str:
-                        raise FormatError(f"object key {key!r} is not a string")
-                    data = key.encode("utf-8", "surrogatepass")
-                    append(b"X" + _pack_u4(len(data)) + data)
-                    if type(item) is str:  # the common case, inline
-                        data = item.encode("utf-8", "surrogatepass")
-                        append(b"X" + _pack_u4(len(data)) + data)
-                    else:
-                        self.value(item)
-                append(SETITEMS)
+            self.write_dict(value, share)
             return
+        if kind is str:
+            self.write_str(value)
         elif kind is int:
             self.write_int(value)
+        elif value is None:
+            self.out.append(NONE)
+        elif kind is bool:
+            self.out.append(NEWTRUE if value else NEWFALSE)
         elif kind is list:
             self.out.append(EMPTY_LIST)
             self.created(share)
@@ -235,25 +274,47 @@ class RecordWriter:
             return
         elif kind is float:
             self.write_float(value)
-        elif value is None:
-            self.out.append(NONE)
-        elif kind is bool:
-            self.out.append(NEWTRUE if value else NEWFALSE)
         else:
             raise FormatError(f"not a JSON value: {value!r}")
         if share is not None:
             # A shared immutable value: memoize it so later uses are the same object.
             self.shared_memo[share] = self.put()
 
+    def write_dict(self, value: dict, share: int | None) -> None:
+        append = self.out.append
+        append(EMPTY_DICT)
+        if share is not None:
+            self.shared_memo[share] = self.put()
+        if not value:
+            return
+        append(MARK)
+        str_get = _str_opcodes.get
+        # Keys are texts and most values texts, None or booleans: inline, without a call.
+        for key, item in value.items():
+            if type(key) is not str:
+                raise FormatError(f"object key {key!r} is not a string")
+            opcode = str_get(key)
+            append(opcode if opcode is not None else _str_opcode(key))
+            kind = type(item)
+            if kind is str:
+                opcode = str_get(item)
+                append(opcode if opcode is not None else _str_opcode(item))
+            elif item is None:
+                append(NONE)
+            elif kind is bool:
+                append(NEWTRUE if item else NEWFALSE)
+            else:
+                self.value(item)
+        append(SETITEMS)
+
     def call(self, body, share: int | None, newobj: bool) -> None:
         if type(body) is not dict:
             raise FormatError("@reduce/@obj take an object")
-        unknown = body.keys() - {"func", "class", "args", "items", "dictitems", "state"}
-        if unknown:
-            raise FormatError(f"unknown fields {sorted(unknown)}")
+        if not _CALL_FIELDS.issuperset(body):
+            raise FormatError(f"unknown fields {sorted(body.keys() - _CALL_FIELDS)}")
         callable_ = body.get("class" if newobj else "func")
         if type(callable_) is str:
-            self.write_dotted_global(callable_)
+            self.write_global(callable_)
         elif newobj or callable_ is None:
             raise FormatError("@obj needs 'class', @reduce needs 'func'")
         else:
@@ -387,7 +448,7 @@ def _dict(w: RecordWriter, body, share) -> None:
 
 
 def _set(w: RecordWriter, body, share) -> None:
-    w.write_global("builtins", "set")
+    w.write_global("builtins.set")
     w.out.append(EMPTY_LIST)
     w.write_items(_check_list(body, "@set"))
     w.out.append(b"\x85" + REDUCE)
@@ -395,7 +456,7 @@ def _set(w: RecordWriter, body, share) -> None:
 
 
 def _frozenset(w: RecordWriter, body, share) -> None:
-    w.write_global("builtins", "frozenset")
+    w.write_global("builtins.frozenset")
     w.out.append(EMPTY_LIST)
     w.write_items(_check_list(body, "@frozenset"))
     w.out.append(b"\x85" + REDUCE)
@@ -403,23 +464,19 @@ def _frozenset(w: RecordWriter, body, share) -> None:
 
 
 def _global(w: RecordWriter, body, share) -> None:
-    w.write_dotted_global(body)
+    w.write_global(body)
     if share is not None:
         w.shared_memo[share] = w.put()
 
 
 def _ref(w: RecordWriter, body, share) -> None:
     if type(body) is str:
-        w.persistent_id(lambda: w.write_bytes(oid_from_hex(body)))
+        w.write_bytes(oid_from_hex(body))
+        w.out.append(BINPERSID)
     elif type(body) is list and len(body) == 2:
-        oid = oid_from_hex(body[0])
-
-        def pid():
-            w.write_bytes(oid)
-            w.write_dotted_global(body[1])
-            w.out.append(TUPLES[2])
-
-        w.persistent_id(pid)
+        w.write_bytes(oid_from_hex(body[0]))
+        w.write_global(body[1])
+        w.out.append(TUPLES[2] + BINPERSID)
     else:
         raise FormatError("@ref takes 'oid' or ['oid', 'module.Class']")
     if share is not None:
@@ -467,7 +524,7 @@ def _mref(w: RecordWriter, body, share) -> None:
     def args():
         w.write_str(body[0])
         w.write_bytes(oid)
-        w.write_dotted_global(body[2])
+        w.write_global(body[2])
         w.out.append(TUPLES[3])
 
     _list_pid(w, "m", args)
@@ -524,7 +581,7 @@ def _datetime(w: RecordWriter, body, share) -> None:
         raise FormatError(f"bad @datetime {text!r}") from None
     if moment.tzinfo is not None:
         raise FormatError("@datetime text must be naive; the tzinfo is the second item")
-    w.write_global("datetime", "datetime")
+    w.write_global("datetime.datetime")
     w.write_bytes(_pickled_bytes(moment))
     for item in tz:
         w.value(item)
@@ -539,7 +596,7 @@ def _date(w: RecordWriter, body, share) -> None:
         day = None
     if day is None:
         raise FormatError(f"bad @date {body!r}")
-    w.write_global("datetime", "date")
+    w.write_global("datetime.date")
     w.write_bytes(_pickled_bytes(day))
     w.out.append(TUPLES[1] + REDUCE)
     w.created(share)
@@ -553,7 +610,7 @@ def _time(w: RecordWriter, body, share) -> None:
         raise FormatError(f"bad @time {text!r}") from None
     if moment.tzinfo is not None:
         raise FormatError("@time text must be naive; the tzinfo is the second item")
-    w.write_global("datetime", "time")
+    w.write_global("datetime.time")
     w.write_bytes(_pickled_bytes(moment))
     for item in tz:
         w.value(item)
@@ -564,7 +621,7 @@ def _time(w: RecordWriter, body, share) -> None:
 def _timedelta(w: RecordWriter, body, share) -> None:
     if not (type(body) is list and len(body) == 3 and all(type(x) is int for x in body)):
         raise FormatError("@timedelta takes [days, seconds, microseconds]")
-    w.write_global("datetime", "timedelta")
+    w.write_global("datetime.timedelta")
     w.write_tuple(body)
     w.out.append(REDUCE)
     w.created(share)
@@ -573,16 +630,16 @@ def _timedelta(w: RecordWriter, body, share) -> None:
 def _decimal(w: RecordWriter, body, share) -> None:
     if type(body) is not str:
         raise FormatError("@decimal takes a string")
-    w.write_global("decimal", "Decimal")
+    w.write_global("decimal.Decimal")
     w.write_str(body)
     w.out.append(TUPLES[1] + REDUCE)
     w.created(share)
 
 
 def _zope_datetime(w: RecordWriter, body, share) -> None:
-    if not (type(body) is dict and body.keys() == {"utc", "tz", "naive"} and type(body["naive"]) is bool):
+    if not (type(body) is dict and body.keys() == _DATETIME_FIELDS and type(body["naive"]) is bool):
         raise FormatError("@DateTime takes {'utc': ..., 'tz': ..., 'naive': bool}")
-    w.write_global("DateTime.DateTime", "DateTime")
+    w.write_global("DateTime.DateTime.DateTime")
     w.out.append(EMPTY_TUPLE + NEWOBJ)
     w.created(share)
     w.write_int(micros_from_utc(body["utc"]))
@@ -642,7 +699,7 @@ def write_record(class_meta, state) -> bytes:
     writer = RecordWriter(state)
     writer.out.append(PROTO3)
     if type(class_meta) is str:
-        writer.write_dotted_global(class_meta)
+        writer.write_global(class_meta)
     else:
         writer.value(class_meta)
     writer.out.append(STOP + PROTO3)
