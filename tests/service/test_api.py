@@ -3,6 +3,8 @@ security decided by the server, bad input answered with problem details."""
 
 from __future__ import annotations
 
+import random
+import string
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -24,6 +26,8 @@ INDEXES = [
     D(name="id", type="FieldIndex"),
 ]
 UNRESTRICTED = {"X-Catalog-Unrestricted": "1"}
+# 3,000 characters that do not compress (so PostgreSQL cannot make them fit a B-tree entry).
+RANDOM_TEXT = "".join(random.Random(3).choices(string.ascii_letters + string.digits + "äöü€", k=3000))
 NOW = datetime.now(UTC)
 
 
@@ -237,6 +241,9 @@ def test_partial_reindex_changes_only_named_indexes(admin, catalog):
     {"op": "index", "uid": "a", "path": "/plone/a", "metadata": {"Title": {"k\x00": 1}}},
     {"op": "index", "uid": "a\x00", "path": "/plone/a"},
     {"op": "unindex", "uid": "a\x00"},
+    # Longer than a B-tree entry may be (PostgreSQL refused them with a 500 before).
+    {"op": "index", "uid": "a", "path": "/plone/a", "values": {"portal_type": RANDOM_TEXT}},
+    {"op": "index", "uid": "a", "path": "/plone/" + RANDOM_TEXT[:2100]},
 ])
 def test_bad_batches_are_rejected_whole(admin, catalog, bad):
     name, _ = catalog
@@ -246,6 +253,21 @@ def test_bad_batches_are_rejected_whole(admin, catalog, bad):
     assert 400 <= r.status_code < 500, r.text
     assert uids(query(admin, name, {"portal_type": "Document"})) == ["keep"]
 
+
+
+def test_long_words_and_keywords_are_indexed_and_found(admin, catalog):
+    name, _ = catalog
+    # Words of letters and digits only: one of 3,000 characters (more than a B-tree entry may hold;
+    # PostgreSQL refused the lexicon row with a 500 before), one of 900 (still short enough to query).
+    rnd = random.Random(4)
+    huge, long = ("".join(rnd.choices(string.ascii_lowercase + string.digits, k=n)) for n in (3000, 900))
+    commit(admin, name, [entry("long", "/plone/long", text=f"start {huge} {long} end", subjects=[RANDOM_TEXT, long]),
+                         entry("short", "/plone/short", text="start end")])
+    assert uids(query(admin, name, {"SearchableText": huge[:5] + "*"})) == ["long"]
+    assert uids(query(admin, name, {"SearchableText": long})) == ["long"]
+    assert uids(query(admin, name, {"SearchableText": f'"{long} end"'})) == ["long"]
+    assert uids(query(admin, name, {"Subject": long})) == ["long"]
+    assert sorted(uids(query(admin, name, {"SearchableText": "start"}))) == ["long", "short"]
 
 
 def test_text_that_only_looks_like_a_nul_escape_is_stored(admin, catalog):

@@ -7,6 +7,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from catalog_service.text import index_words, lookup_word, normalize_word, query_words
+from catalog_service.text.pipeline import MAX_WORD
 from tests.service.test_text_oracle import ALPHABET, plone_lexicon, real_index_words, texts
 
 
@@ -116,3 +117,13 @@ def test_normalize_word_refuses_empty_word():
 def test_bytes_are_refused():
     with pytest.raises(TypeError):
         index_words(b"foo")
+
+
+def test_words_longer_than_the_lexicon_keeps_are_cut_alike():
+    word = "ab" * 400  # 800 characters
+    assert index_words(f"x {word} y") == ["x", word[:MAX_WORD], "y"]
+    assert index_words(["x", word.upper()]) == ["x", word[:MAX_WORD]]
+    assert query_words(word.upper()) == [word[:MAX_WORD]]
+    assert lookup_word(word) == word[:MAX_WORD]
+    assert query_words(word + "*") == [word + "*"]  # a glob keeps its pattern
+    assert index_words("short words stay") == real_index_words("short words stay")

@@ -35,6 +35,21 @@ class BadValue(BadRequest):
     title = "Invalid index value"
 
 
+# The longest text a B-tree-indexed value (a FieldIndex or UUIDIndex text value, a path) may have,
+# in UTF-8 bytes. PostgreSQL refuses B-tree entries over 2,704 bytes (after compression, so
+# whether a longer value fits depends on its content); ZCatalog has no such limit, but a value this
+# long is no sort key or identifier, and a clear refusal beats a failed commit. Keywords and text
+# words are GIN entries, which PostgreSQL hashes when long: no limit there.
+MAX_KEY_BYTES = 2000
+
+
+def check_key_size(value: str, what: str) -> str:
+    """``value``, or BadValue when it is longer than MAX_KEY_BYTES in UTF-8."""
+    if len(value) > MAX_KEY_BYTES // 4 and len(value.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        raise BadValue(f"{what} is longer than {MAX_KEY_BYTES} bytes (UTF-8): {value[:40]!r}...")
+    return value
+
+
 @dataclass
 class IndexQuery:
     """One index's part of a query, as ZCatalog's ``IndexQuery`` parses it."""

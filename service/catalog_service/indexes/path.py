@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import QueryError
 from ..planner.sql import all_of, any_of
-from .base import MISSING, BadValue, Index, IndexQuery, QueryContext
+from .base import MISSING, BadValue, Index, IndexQuery, QueryContext, check_key_size
 
 
 def components(path: str) -> list[str]:
@@ -52,7 +52,7 @@ class ExtendedPathIndex(Index):
             value = "/" + "/".join(str(v) for v in value[1:])
         if not isinstance(value, str):
             raise BadValue(f"index {self.name!r}: path value must be a string, got {value!r}")
-        return normalise(value)
+        return check_key_size(normalise(value), f"a path of index {self.name!r}")
 
     # Expressions over the row.
     @property

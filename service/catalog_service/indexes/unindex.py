@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import QueryError
 from ..planner.sql import all_of
-from .base import MISSING, BadValue, Index, IndexQuery, QueryContext
+from .base import MISSING, BadValue, Index, IndexQuery, QueryContext, check_key_size
 
 _UNMATCHABLE: Any = object()
 
@@ -191,7 +191,7 @@ class ScalarIndex(UnIndex):
             raise BadValue(f"index {self.name!r} holds one value per object, not {type(value).__name__}")
         if vt == "text":
             if isinstance(value, str):
-                return value
+                return check_key_size(value, f"a value of index {self.name!r}") if stored else value
             if stored:
                 raise BadValue(f"index {self.name!r} holds text, got {value!r}")
             raise BadValue("wrong type")

@@ -22,6 +22,7 @@ from catalog_schemas.api import Batch, BatchResult, IndexEntry, UnindexEntry
 
 from ..errors import BadRequest, Conflict, LimitExceeded, NotFound
 from ..indexes import MISSING, BadValue
+from ..indexes.base import check_key_size
 from ..indexes.path import ExtendedPathIndex, components, normalise, parent_of
 from ..indexes.text import CELLS_SUFFIX
 from ..text.cells import cell_labels
@@ -63,6 +64,7 @@ def _convert_index(entry: IndexEntry, catalog: Catalog) -> Change:
     path = normalise(entry.path)
     if not path.startswith("/") or "\x00" in path:
         raise BadValue(f"object {entry.uid!r}: invalid path")
+    check_key_size(path, f"the path of object {entry.uid!r}")
     idx: dict[str, Any] = {}
     for name, (stored, absent) in chosen:
         if name in values:

@@ -64,6 +64,19 @@ _BIGRAM_CHAR = re.compile(rf"[{_BIGRAM_CLASSES}]")
 _ASCII_KEPT = frozenset(string.ascii_letters + string.digits + string.punctuation + " \t\n\r\x0b\x0c")
 _GLOB_CHARS = "*?"
 
+# The longest word kept, in characters: a longer one (a pasted hash or base64 run) is cut to its
+# first MAX_WORD characters, in documents and in queries alike. The lexicon's words are B-tree keys,
+# and PostgreSQL refuses B-tree entries over 2,704 bytes (500 characters are at most 2,000 bytes of
+# UTF-8). ZCatalog keeps such words whole; the only difference is that two words sharing their
+# first 500 characters are one word here.
+MAX_WORD = 500
+
+
+def _capped(words: list[str]) -> list[str]:
+    if words and max(map(len, words)) > MAX_WORD:
+        return [w[:MAX_WORD] for w in words]
+    return words
+
 
 def _text_list(text: str | Sequence[str]) -> Sequence[str]:
     if isinstance(text, str):
@@ -161,7 +174,7 @@ def index_words(text: str | Sequence[str]) -> list[str]:
                 # No CJK, Hangul or Thai: every word is one piece (the common case for European
                 # text; one findall and the cached normaliser, without the generators).
                 words.extend(map(normalize_word, _WORD.findall(text)))
-    return words
+    return _capped(words)
 
 
 def query_words(term: str) -> list[str]:
@@ -175,7 +188,7 @@ def query_words(term: str) -> list[str]:
     One word is an atom (or a glob if it contains ``*`` or ``?``); several
     words are a phrase; none means the term is ignored.
     """
-    return [normalize_word(w) for w in _split_query(term)]
+    return [w if "*" in w or "?" in w else w[:MAX_WORD] for w in map(normalize_word, _split_query(term))]
 
 
 def lookup_word(word: str) -> str:
@@ -186,4 +199,4 @@ def lookup_word(word: str) -> str:
     ``ßx`` but looked up as ``ssx``. Raises ValueError where ZCTextIndex fails
     (the word is empty once the glob characters are gone).
     """
-    return normalize_word(word.replace("*", "").replace("?", ""))
+    return normalize_word(word.replace("*", "").replace("?", ""))[:MAX_WORD]
