@@ -244,6 +244,7 @@ def test_partial_reindex_changes_only_named_indexes(admin, catalog):
     # Longer than a B-tree entry may be (PostgreSQL refused them with a 500 before).
     {"op": "index", "uid": "a", "path": "/plone/a", "values": {"portal_type": RANDOM_TEXT}},
     {"op": "index", "uid": "a", "path": "/plone/" + RANDOM_TEXT[:2100]},
+    {"op": "index", "uid": "a", "path": "/plone/a", "values": {"getObjPositionInParent": 2**63}},
 ])
 def test_bad_batches_are_rejected_whole(admin, catalog, bad):
     name, _ = catalog

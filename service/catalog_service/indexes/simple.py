@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import QueryError
-from .base import MISSING, Index, IndexQuery, QueryContext
+from .base import MISSING, BadValue, Index, IndexQuery, QueryContext
 from .dates import BadDate, epoch_minutes
 
 # Names of the expression statistics of a DateRangeIndex's two bounds.
@@ -79,13 +79,11 @@ class DateRangeIndex(Index):
         if value is None:
             return [None, None]
         if not isinstance(value, list) or len(value) != 2:
-            from .base import BadValue
 
             raise BadValue(f"index {self.name!r} takes [since, until], got {value!r}")
         try:
             return [self._minutes(value[0]), self._minutes(value[1])]
         except BadDate as exc:
-            from .base import BadValue
 
             raise BadValue(f"index {self.name!r}: {exc.detail}") from exc
 
@@ -134,6 +132,8 @@ class GopipIndex(Index):
     def stored(self, value: Any) -> Any:
         if value is None or isinstance(value, bool) or not isinstance(value, int):
             return MISSING
+        if not -2**63 <= value < 2**63:  # sorted and indexed as a bigint
+            raise BadValue(f"index {self.name!r}: position {value} is out of range")
         return value
 
     def condition(self, q: IndexQuery, ctx: QueryContext) -> str:
