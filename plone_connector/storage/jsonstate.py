@@ -99,6 +99,22 @@ def _plain_str(text: str) -> bool:
     return _BAD_CHARS.search(text) is None
 
 
+def _plain_keys(value: dict) -> bool:
+    """Can the dict be a JSON object: keys all texts without U+0000 or lone surrogates, and not
+    one single key that would read as a tag?"""
+    try:
+        # One check over all keys at once (the structure has only exact str, no subclasses).
+        keys = "".join(value)
+    except TypeError:  # a key that is not a text
+        return False
+    if keys.isascii():
+        if "\x00" in keys:
+            return False
+    elif _BAD_CHARS.search(keys) is not None:
+        return False
+    return not (len(value) == 1 and keys[:1] == "@")
+
+
 def _float_json(value: float):
     if math.isfinite(value):
         if value == 0.0:
@@ -162,11 +178,19 @@ class _Encoder:
             self.numbers[key] = len(self.numbers) + 1
 
     def enc(self, value):
+        # Types in the order of their frequency in Plone states.
         kind = type(value)
         if kind is str:
-            return value if _plain_str(value) else {"@s": _str_pieces(value)}
-        if kind is dict:
-            return self.enc_dict(value)
+            if value.isascii():
+                if "\x00" not in value:
+                    return value
+            elif _BAD_CHARS.search(value) is None:
+                return value
+            return {"@s": _str_pieces(value)}
+        if kind is tuple:
+            return {"@t": self.enc_items(value)}
+        if value is None or kind is bool:
+            return value
         if kind is int:
             if -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
                 return value
@@ -174,42 +198,45 @@ class _Encoder:
                 return {"@int": str(value)}
             except ValueError as exc:  # beyond sys.get_int_max_str_digits()
                 raise _Unsupported("integer too long") from exc
+        if kind is dict:
+            return self.enc_dict(value)
+        if kind is Ref:
+            return self.enc_ref(value.pid)
+        if kind is GlobalMeta:
+            return {"@global": _dotted(value)}
+        if kind is bytes:
+            return {"@b": base64.b64encode(value).decode("ascii")}
         if kind is list:
             again = self.track(value)
             if again is not None:
                 return again
             self.number(value)
-            return self.wrap(value, [self.enc(item) for item in value])
-        if kind is tuple:
-            return {"@t": [self.enc(item) for item in value]}
-        if value is None or kind is bool:
-            return value
-        if kind is float:
-            return _float_json(value)
-        if kind is bytes:
-            return {"@b": base64.b64encode(value).decode("ascii")}
+            return self.wrap(value, self.enc_items(value))
         if kind is Node:
             return self.enc_node(value)
-        if kind is Ref:
-            return self.enc_ref(value.pid)
-        if kind is GlobalMeta:
-            return {"@global": _dotted(value)}
+        if kind is float:
+            return _float_json(value)
         raise _Unsupported(f"no JSON form for {kind.__name__}")
+
+    def enc_items(self, values) -> list:
+        # ASCII texts without U+0000 and None are their own JSON (the common items): no call.
+        enc = self.enc
+        return [
+            item if (type(item) is str and item.isascii() and "\x00" not in item) or item is None else enc(item)
+            for item in values
+        ]
 
     def enc_dict(self, value: dict):
         again = self.track(value)
         if again is not None:
             return again
         self.number(value)
-        plain = True
-        for key in value:
-            if type(key) is not str or not _plain_str(key):
-                plain = False
-                break
-        if plain and len(value) == 1 and next(iter(value))[:1] == "@":
-            plain = False  # would read as a tag: escape
-        if plain:
-            body = {key: self.enc(item) for key, item in value.items()}
+        if _plain_keys(value):
+            enc = self.enc
+            body = {
+                key: item if type(item) is str and item.isascii() and "\x00" not in item else enc(item)
+                for key, item in value.items()
+            }
         else:
             body = {"@dict": [[self.enc(key), self.enc(item)] for key, item in value.items()]}
         return self.wrap(value, body)
@@ -442,7 +469,7 @@ def encode_record(data: bytes) -> EncodedState:
     try:
         rebuilt = decode_record(class_name, state_json)
         meta2, state2, _ = load_structure(rebuilt)
-        exact = same_structure(meta, meta2) and same_structure(state, state2)
+        exact = (meta is meta2 or same_structure(meta, meta2)) and same_structure(state, state2)
     except Exception:  # any failure of the check means "keep exact"
         exact = False
     if not exact:

@@ -142,9 +142,21 @@ class Ref:
         return f"<ref {self.pid!r}>"
 
 
+class _Input(io.BytesIO):
+    """The record as a file that can ``peek``: the C unpickler then reads it in one go
+    instead of calling ``read`` for every opcode."""
+
+    def __init__(self, record: bytes):
+        super().__init__(record)
+        self.record = record
+
+    def peek(self, size: int) -> bytes:
+        position = self.tell()
+        return self.record[position : position + size]
+
+
 class _StructureUnpickler(Unpickler):
-    def find_class(self, module, name):
-        return global_ref(module, name)
+    find_class = staticmethod(global_ref)
 
     def persistent_load(self, pid):
         self.pids.append(pid)
@@ -157,15 +169,25 @@ def load_structure(record: bytes) -> tuple[object, object, list]:
     One unpickler reads both pickles, as ZODB does: the state may refer to memo entries
     of the class pickle.
     """
-    stream = io.BytesIO(record)
+    stream = _Input(record)
     unpickler = _StructureUnpickler(stream)
     unpickler.pids = []
-    meta = unpickler.load()
-    state_start = stream.tell()
-    if record[:2] != PROTO3 or record[state_start : state_start + 2] != PROTO3:
+    meta = _load(unpickler)
+    if not (record.startswith(PROTO3) and record.startswith(PROTO3, stream.tell())):
         _refuse_legacy_instances(record)
-    state = unpickler.load()
+    state = _load(unpickler)
     return meta, state, unpickler.pids
+
+
+def _load(unpickler: _StructureUnpickler):
+    try:
+        return unpickler.load()
+    except SystemError as exc:
+        # After an error the C unpickler still reads the input it had peeked at, and
+        # Python reports that call as a SystemError caused by the error: raise the error.
+        if exc.__cause__ is not None and str(exc).endswith("returned a result with an exception set"):
+            raise exc.__cause__ from None
+        raise
 
 
 PROTO3 = b"\x80\x03"
@@ -201,6 +223,10 @@ def same_structure(a, b, *, ordered: bool = True) -> bool:
     return _Comparison(ordered).same(a, b)
 
 
+# Types compared by ==, once the types match.
+_ATOMS = frozenset({str, int, bytes, bool, type(None)})
+
+
 class _Comparison:
     def __init__(self, ordered: bool):
         self.ordered = ordered
@@ -211,16 +237,16 @@ class _Comparison:
         ta = type(a)
         if ta is not type(b):
             return False
-        if ta is str or ta is int or ta is bytes or ta is bool or a is None:
+        if ta in _ATOMS:
             return a == b
-        if ta is float:
-            return _pack_double(a) == _pack_double(b)
         if ta is tuple:
             return len(a) == len(b) and self.same_items(a, b)
         if ta is GlobalMeta:
-            return a.module == b.module and a.name == b.name
+            return a is b or (a.module == b.module and a.name == b.name)
         if ta is Ref:
             return self.same(a.pid, b.pid)
+        if ta is float:
+            return _pack_double(a) == _pack_double(b)
         if ta is list or ta is dict or (ta is Node and not a.is_value()):
             # Identity must correspond one to one; this also ends recursion.
             seen = self.pairs.get(id(a))
@@ -230,10 +256,10 @@ class _Comparison:
                 return False
             self.pairs[id(a)] = b
             self.back[id(b)] = a
-        if ta is list:
-            return len(a) == len(b) and self.same_items(a, b)
         if ta is dict:
             return len(a) == len(b) and self.same_dicts(a, b)
+        if ta is list:
+            return len(a) == len(b) and self.same_items(a, b)
         if ta is Node:
             if a.kind != b.kind or len(a.ops) != len(b.ops):
                 return False
@@ -250,7 +276,7 @@ class _Comparison:
         same = self.same
         for x, y in zip(a, b, strict=True):
             tx = type(x)
-            if tx is str or tx is int:  # the common case, without a call
+            if tx in _ATOMS:  # the common case, without a call
                 if type(y) is not tx or x != y:
                     return False
             elif not same(x, y):
@@ -270,7 +296,7 @@ class _Comparison:
             elif not same(ka, kb):
                 return False
             tv = type(va)
-            if tv is str or tv is int:
+            if tv in _ATOMS:
                 if type(vb) is not tv or va != vb:
                     return False
             elif not same(va, vb):
