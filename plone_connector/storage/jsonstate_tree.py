@@ -146,13 +146,9 @@ class _Input(io.BytesIO):
     """The record as a file that can ``peek``: the C unpickler then reads it in one go
     instead of calling ``read`` for every opcode."""
 
-    def __init__(self, record: bytes):
-        super().__init__(record)
-        self.record = record
-
     def peek(self, size: int) -> bytes:
         position = self.tell()
-        return self.record[position : position + size]
+        return self.getvalue()[position : position + size]  # getvalue() is not a copy
 
 
 class _StructureUnpickler(Unpickler):
@@ -244,7 +240,10 @@ class _Comparison:
         if ta is GlobalMeta:
             return a is b or (a.module == b.module and a.name == b.name)
         if ta is Ref:
-            return self.same(a.pid, b.pid)
+            a, b = a.pid, b.pid
+            if type(a) is tuple:  # (oid, class), the usual persistent id
+                return type(b) is tuple and len(a) == len(b) and self.same_items(a, b)
+            return self.same(a, b)
         if ta is float:
             return _pack_double(a) == _pack_double(b)
         if ta is list or ta is dict or (ta is Node and not a.is_value()):
@@ -276,9 +275,11 @@ class _Comparison:
         same = self.same
         for x, y in zip(a, b, strict=True):
             tx = type(x)
-            if tx in _ATOMS:  # the common case, without a call
+            if tx in _ATOMS:  # the common cases, without a call
                 if type(y) is not tx or x != y:
                     return False
+            elif tx is GlobalMeta and x is y:
+                continue
             elif not same(x, y):
                 return False
         return True
