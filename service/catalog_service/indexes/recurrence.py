@@ -35,7 +35,10 @@ def _zone(start_text: str, tz_name: str | None):
             return ZoneInfo(tz_name)
         except (ZoneInfoNotFoundError, ValueError) as exc:
             raise RecurrenceError(f"unknown time zone {tz_name!r}") from exc
-    parsed = datetime.fromisoformat(start_text.replace("Z", "+00:00")) if isinstance(start_text, str) else None
+    try:
+        parsed = datetime.fromisoformat(start_text.replace("Z", "+00:00")) if isinstance(start_text, str) else None
+    except ValueError:
+        parsed = None  # a form parse_datetime reads and fromisoformat does not: no offset of its own
     if parsed is not None and parsed.tzinfo is not None:
         return timezone(parsed.utcoffset())
     return UTC
@@ -169,8 +172,9 @@ def _start(start, until, tz_name):
     """The event's zone, its start as a naive local time, and the UTC end of the expansion."""
     if isinstance(start, dict):
         raise RecurrenceError("start must be a date")
+    parsed = parse_datetime(start)  # first: an impossible date (30 February) is a BadDate
     zone = _zone(start, tz_name)
-    start_dt = parse_datetime(start).astimezone(zone).replace(microsecond=0)
+    start_dt = parsed.astimezone(zone).replace(microsecond=0)
     until_dt = parse_datetime(until).replace(microsecond=0) if until else None
     return zone, start_dt.replace(tzinfo=None), until_dt
 
