@@ -132,10 +132,6 @@ def _float_json(value: float):
     return {"@f": repr(value)}
 
 
-def _dotted(g: GlobalMeta) -> str:
-    return f"{g.module}.{g.name}"
-
-
 def _is_datetime_bytes(args, size: int, fold_byte: int) -> bool:
     return (
         1 <= len(args) <= 2
@@ -203,7 +199,7 @@ class _Encoder:
         if kind is Ref:
             return self.enc_ref(value.pid)
         if kind is GlobalMeta:
-            return {"@global": _dotted(value)}
+            return {"@global": value.dotted}
         if kind is bytes:
             return {"@b": base64.b64encode(value).decode("ascii")}
         if kind is list:
@@ -246,7 +242,7 @@ class _Encoder:
         if kind is bytes:
             return {"@ref": pid.hex()}
         if kind is tuple and len(pid) == 2 and type(pid[0]) is bytes and type(pid[1]) is GlobalMeta:
-            return {"@ref": [pid[0].hex(), _dotted(pid[1])]}
+            return {"@ref": [pid[0].hex(), pid[1].dotted]}
         if kind is list and len(pid) == 2 and type(pid[1]) is tuple:
             ref_type, args = pid
             if ref_type == "w" and args and type(args[0]) is bytes:
@@ -261,7 +257,7 @@ class _Encoder:
                 and type(args[1]) is bytes
                 and type(args[2]) is GlobalMeta
             ):
-                return {"@mref": [args[0], args[1].hex(), _dotted(args[2])]}
+                return {"@mref": [args[0], args[1].hex(), args[2].dotted]}
             if ref_type == "n" and len(args) == 2 and type(args[0]) is str and type(args[1]) is bytes:
                 return {"@nref": [args[0], args[1].hex()]}
         return {"@pid": self.enc(pid)}
@@ -280,7 +276,7 @@ class _Encoder:
                 return again
             self.number(node)
         if type(func) is GlobalMeta:
-            callable_json = _dotted(func)
+            callable_json = func.dotted
         elif node.kind == "newobj":
             raise _Unsupported("NEWOBJ of a non-global class")
         else:
@@ -405,12 +401,12 @@ def _to_json(value):
 def _class_of(meta) -> tuple[str | None, object]:
     """(dotted class name, None) for a plain class; (best name, metadata JSON) otherwise."""
     if type(meta) is GlobalMeta:
-        return _dotted(meta), None
+        return meta.dotted, None
     name = None
     if type(meta) is tuple and len(meta) == 2:
         first = meta[0]
         if type(first) is GlobalMeta:
-            name = _dotted(first)
+            name = first.dotted
         elif type(first) is tuple and len(first) == 2 and all(type(x) is str for x in first):
             name = f"{first[0]}.{first[1]}"
     return name, _to_json(meta)

@@ -250,7 +250,7 @@ class RecordWriter:
         kind = type(value)
         if kind is dict:
             if len(value) == 1:
-                key = next(iter(value))
+                (key,) = value
                 if key[:1] == "@":
                     handler = _TAGS.get(key)
                     if handler is None:

@@ -47,6 +47,7 @@ class GlobalMeta(type):
 
     module: str
     name: str
+    dotted: str  # "module.name"
 
     def __call__(cls, *args, **kwargs):
         # REDUCE with a global callable: record the call instead of making it.
@@ -62,6 +63,7 @@ class _GlobalBase(metaclass=GlobalMeta):
     __slots__ = ()
     module = ""
     name = ""
+    dotted = ""
 
     def __new__(cls, *args, **kwargs):
         # NEWOBJ: the C unpickler calls tp_new directly.
@@ -77,7 +79,8 @@ def global_ref(module: str, name: str) -> GlobalMeta:
     key = (module, name)
     found = _globals.get(key)
     if found is None:
-        found = GlobalMeta("Global", (_GlobalBase,), {"__slots__": (), "module": module, "name": name})
+        namespace = {"__slots__": (), "module": module, "name": name, "dotted": f"{module}.{name}"}
+        found = GlobalMeta("Global", (_GlobalBase,), namespace)
         if len(_globals) < _GLOBAL_CACHE_LIMIT:
             _globals[key] = found
     return found
@@ -280,6 +283,9 @@ class _Comparison:
                     return False
             elif tx is GlobalMeta and x is y:
                 continue
+            elif tx is tuple:
+                if type(y) is not tuple or len(x) != len(y) or not self.same_items(x, y):
+                    return False
             elif not same(x, y):
                 return False
         return True
@@ -299,6 +305,9 @@ class _Comparison:
             tv = type(va)
             if tv in _ATOMS:
                 if type(vb) is not tv or va != vb:
+                    return False
+            elif tv is tuple:
+                if type(vb) is not tuple or len(va) != len(vb) or not self.same_items(va, vb):
                     return False
             elif not same(va, vb):
                 return False
