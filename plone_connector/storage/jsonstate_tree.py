@@ -11,6 +11,7 @@ structure of the rebuilt record with the original one (``same_structure``).
 
 from __future__ import annotations
 
+import functools
 import io
 import pickletools
 import struct
@@ -72,18 +73,11 @@ class _GlobalBase(metaclass=GlobalMeta):
         return Node("newobj", cls, args)
 
 
-_globals: dict[tuple[str, str], GlobalMeta] = {}
-
-
+@functools.lru_cache(maxsize=_GLOBAL_CACHE_LIMIT)
 def global_ref(module: str, name: str) -> GlobalMeta:
-    key = (module, name)
-    found = _globals.get(key)
-    if found is None:
-        namespace = {"__slots__": (), "module": module, "name": name, "dotted": f"{module}.{name}"}
-        found = GlobalMeta("Global", (_GlobalBase,), namespace)
-        if len(_globals) < _GLOBAL_CACHE_LIMIT:
-            _globals[key] = found
-    return found
+    # Cached in C: the unpickler's find_class, called for every GLOBAL, needs no Python frame.
+    namespace = {"__slots__": (), "module": module, "name": name, "dotted": f"{module}.{name}"}
+    return GlobalMeta("Global", (_GlobalBase,), namespace)
 
 
 class Node:
@@ -155,11 +149,17 @@ class _Input(io.BytesIO):
 
 
 class _StructureUnpickler(Unpickler):
+    __slots__ = ("pids",)
     find_class = staticmethod(global_ref)
 
     def persistent_load(self, pid):
         self.pids.append(pid)
-        return Ref(pid)
+        ref = _new_ref(Ref)  # without a call of Ref.__init__
+        ref.pid = pid
+        return ref
+
+
+_new_ref = object.__new__
 
 
 def load_structure(record: bytes) -> tuple[object, object, list]:
