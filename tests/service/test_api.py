@@ -582,3 +582,43 @@ def test_search_without_a_catalog_names_the_missing_parameter(live_service):
             assert response.status_code == 422, response.text
             assert response.headers["content-type"] == "application/problem+json"
             assert [e["loc"] for e in response.json()["errors"]] == [["query", "catalog"]]
+
+
+def test_searches_skip_fastapis_layers_and_answer_like_them():
+    """CatalogApp hands a search straight to its handler (app.py): FastAPI's middleware stack is not
+    even built for it, its errors are the same problem details, and a search route with another
+    method still goes to FastAPI (405)."""
+    import asyncio
+
+    from catalog_service.app import create_app
+
+    async def call(app, method, path, body=b""):
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+                 "headers": [(b"host", b"x"), (b"content-length", str(len(body)).encode())],
+                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+        sent = []
+
+        async def receive():
+            return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        await app(scope, receive, send)
+        return sent[0]["status"], dict(sent[0]["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
+
+    async def scenario():
+        app = create_app()
+        status, headers, body = await call(app, "POST", "/catalogs/x/query", b"{not json")
+        assert (status, headers[b"content-type"]) == (422, b"application/problem+json"), body
+        assert b'"instance":"/catalogs/x/query"' in body
+        status, _, body = await call(app, "POST", "/catalogs/x/query", b"x" * (2 << 20))
+        assert status == 413, body
+        assert app.middleware_stack is None  # FastAPI's own layers were never needed
+        status, headers, _ = await call(app, "GET", "/catalogs/x/query")
+        assert status == 405 and b"POST" in headers[b"allow"]
+        assert app.middleware_stack is not None
+
+    asyncio.run(scenario())

@@ -53,7 +53,7 @@ async def run_search(request: Request, name: str, body: SearchRequest) -> Respon
     try:
         answer = await _search_on(conn, request, name, body, cred, lim)
     finally:
-        await pool.release(conn)
+        await state.db.release_read(pool, conn)
     if not answer.complete and pool is not state.db.primary:
         # A replica that has not replayed the caller's last batch yet: ask the primary, so the
         # caller reads its own writes.
