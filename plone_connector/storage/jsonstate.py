@@ -218,7 +218,9 @@ class _Encoder:
         # ASCII texts without U+0000 and None are their own JSON (the common items): no call.
         enc = self.enc
         return [
-            item if (type(item) is str and item.isascii() and "\x00" not in item) or item is None else enc(item)
+            item
+            if (type(item) is str and item.isascii() and "\x00" not in item) or item is None
+            else enc(item)
             for item in values
         ]
 
@@ -230,7 +232,9 @@ class _Encoder:
         if _plain_keys(value):
             enc = self.enc
             body = {
-                key: item if type(item) is str and item.isascii() and "\x00" not in item else enc(item)
+                key: item
+                if (type(item) is str and item.isascii() and "\x00" not in item) or item is None
+                else enc(item)
                 for key, item in value.items()
             }
         else:

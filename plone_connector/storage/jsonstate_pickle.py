@@ -397,7 +397,9 @@ def _collect_shared(value, found: dict) -> None:
 
 
 def _tuple(w: RecordWriter, body, share) -> None:
-    w.write_tuple(_check_list(body, "@t"))
+    if type(body) is not list:
+        raise FormatError("@t takes a list")
+    w.write_tuple(body)
     if share is not None:
         w.shared_memo[share] = w.put()
 
