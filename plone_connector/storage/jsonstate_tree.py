@@ -309,6 +309,8 @@ class _Comparison:
             elif tv is tuple:
                 if type(vb) is not tuple or len(va) != len(vb) or not self.same_items(va, vb):
                     return False
+            elif tv is GlobalMeta and va is vb:
+                continue
             elif not same(va, vb):
                 return False
         return True
