@@ -593,6 +593,18 @@ def test_unreadable_records_raise():
         encode_record(b"not a pickle")
 
 
+def test_unpickling_errors_are_reported_as_themselves():
+    # A class name that is not UTF-8: ZODB's referencesf reads past it, our unpickler cannot.
+    # The unpickler reads through a peekable input; after the error it still reads from it,
+    # which Python reports as a SystemError (with the object's address) unless unwrapped.
+    oid = b"\x00" * 7 + b"\x01"
+    data = record(b"}X\x01\x00\x00\x00aC\x08" + oid + b"c\x84m\nC\n\x86Qs")
+    encoded = encode_record(data)
+    assert encoded.exact == data
+    assert encoded.reason.startswith("unreadable: UnicodeDecodeError: ")
+    assert encoded.refs == [oid]
+
+
 @pytest.mark.parametrize(
     "state",
     [
