@@ -6,8 +6,12 @@ pin what the conversion gives for the shapes ZCatalog treats specially.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from catalog_schemas.api import Batch, CatalogCreate, IndexDeclaration
 from catalog_service.indexes import BadValue
@@ -79,3 +83,14 @@ def test_each_catalog_converts_with_its_own_indexes():
     assert convert(large, entry)[0].idx == {"portal_type": "Document", "effectiveRange": [None, None]}
     with pytest.raises(BadValue):
         convert(small, {**entry, "values": {"Subject": ["x"]}})
+
+
+@given(st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1),
+                    timezones=st.sampled_from([None, UTC, timezone(timedelta(hours=5, minutes=30)),
+                                               timezone(-timedelta(hours=8))])))
+def test_the_server_clock_converts_as_its_iso_text(moment):
+    """A query's effective date is the server's datetime, converted without a round trip through
+    its ISO text (planner): the same minutes either way."""
+    from catalog_service.indexes.dates import epoch_minutes
+
+    assert epoch_minutes(moment) == epoch_minutes(moment.isoformat())

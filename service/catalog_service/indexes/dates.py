@@ -24,6 +24,8 @@ def parse_datetime(value) -> datetime:
     """An aware UTC datetime from a wire value, or BadDate."""
     if isinstance(value, bool):
         raise BadDate(f"not a date: {value!r}")
+    if isinstance(value, datetime):  # the server's own clock (a query's effective date), not the wire
+        return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).astimezone(UTC)
     if isinstance(value, int | float):
         try:
             return EPOCH + timedelta(seconds=value)

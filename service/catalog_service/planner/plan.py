@@ -233,7 +233,7 @@ def plan_search(
     principals_p = None if security.principals is None else params.add(list(security.principals), "text[]")
     effective_p = None
     if security.effective_at is not None and isinstance(effective, DateRangeIndex):
-        effective_p = params.add(effective.term(security.effective_at.isoformat()), "bigint")
+        effective_p = params.add(effective.term(security.effective_at), "bigint")
 
     def principals_on(row: str) -> str:
         return f"({row}.allowed && {principals_p})"

@@ -10,6 +10,7 @@ again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import threading
 from collections import OrderedDict
@@ -110,9 +111,15 @@ class CountCache:
 _PARAM = re.compile(r"\$(\d+)")
 
 
+@functools.lru_cache(maxsize=4096)
+def _params_used(sql: str) -> int:
+    """The highest parameter number in ``sql`` (the text depends only on the query's shape)."""
+    return max((int(n) for n in _PARAM.findall(sql)), default=0)
+
+
 def _leading_params(sql: str, params: list) -> list:
     """The parameters ``sql`` uses, when they are the first ones of ``params``."""
-    return params[:max((int(n) for n in _PARAM.findall(sql)), default=0)]
+    return params[:_params_used(sql)]
 
 
 def _count_params(plan) -> list:
