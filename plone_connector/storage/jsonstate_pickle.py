@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import itertools
 import struct
 
 _pack_double = struct.Struct(">d").pack
@@ -205,7 +206,7 @@ class RecordWriter:
     def write_float(self, value: float) -> None:
         self.out.append(b"G" + _pack_double(value))
 
-    def write_values(self, values: list) -> None:
+    def write_values(self, values) -> None:
         # Texts, None and booleans (most items) inline, without a call.
         append = self.out.append
         str_get = _str_opcodes.get
@@ -288,23 +289,11 @@ class RecordWriter:
         if not value:
             return
         append(MARK)
-        str_get = _str_opcodes.get
-        # Keys are texts and most values texts, None or booleans: inline, without a call.
-        for key, item in value.items():
+        for key in value:
             if type(key) is not str:
                 raise FormatError(f"object key {key!r} is not a string")
-            opcode = str_get(key)
-            append(opcode if opcode is not None else _str_opcode(key))
-            kind = type(item)
-            if kind is str:
-                opcode = str_get(item)
-                append(opcode if opcode is not None else _str_opcode(item))
-            elif item is None:
-                append(NONE)
-            elif kind is bool:
-                append(NEWTRUE if item else NEWFALSE)
-            else:
-                self.value(item)
+        # Keys and values alternate, as SETITEMS reads them; write_values takes texts inline.
+        self.write_values(itertools.chain.from_iterable(value.items()))
         append(SETITEMS)
 
     def call(self, body, share: int | None, newobj: bool) -> None:

@@ -335,9 +335,8 @@ async def defer_indexes(conn: asyncpg.Connection, catalog: Catalog) -> list[str]
     Queries stay correct meanwhile, only slower (they scan). Returns the names dropped."""
     async with conn.transaction():
         await lock_writes(conn, catalog, exclusive=True)
-        present = {name for _, name, _ in secondary_indexes(catalog)}
-        present -= {name for _, name, _ in await missing_indexes(conn, catalog)}
-        dropped = [name for _, name, _ in secondary_indexes(catalog) if name in present]
+        absent = {name for _, name, _ in await missing_indexes(conn, catalog)}
+        dropped = [name for _, name, _ in secondary_indexes(catalog) if name not in absent]
         for name in dropped:
             await conn.execute(f"drop index if exists {name}")
     log.info("catalog %s: %d indexes deferred until built", catalog.name, len(dropped))
