@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -43,6 +44,12 @@ async def _resolver(app: FastAPI) -> None:
             log.exception("batch resolver failed")
 
 
+def tune_gc(settings: Settings) -> None:
+    """Collect cyclic garbage less often (Settings.gc_thresholds): the process's own setting, so
+    every worker sets it when it starts."""
+    gc.set_threshold(*settings.gc_thresholds)
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     settings: Settings = app.state.settings
@@ -56,6 +63,7 @@ async def lifespan(app: FastAPI):
                 log.info("migrations applied: %s", ", ".join(applied))
             await app.state.registry.upgrade_partitions(conn)
     app.state.db = db
+    tune_gc(settings)
     resolver = asyncio.create_task(_resolver(app))
     try:
         yield
