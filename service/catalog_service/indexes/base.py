@@ -43,10 +43,11 @@ class BadValue(BadRequest):
 MAX_KEY_BYTES = 2000
 
 
-def check_key_size(value: str, what: str) -> str:
-    """``value``, or BadValue when it is longer than MAX_KEY_BYTES in UTF-8."""
+def check_key_size(value: str, what: str, *args: object) -> str:
+    """``value``, or BadValue when it is longer than MAX_KEY_BYTES in UTF-8; the error names it as
+    ``what % args`` (formatted only then: this runs for every key a batch stores)."""
     if len(value) > MAX_KEY_BYTES // 4 and len(value.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
-        raise BadValue(f"{what} is longer than {MAX_KEY_BYTES} bytes (UTF-8): {value[:40]!r}...")
+        raise BadValue(f"{what % args} is longer than {MAX_KEY_BYTES} bytes (UTF-8): {value[:40]!r}...")
     return value
 
 

@@ -52,7 +52,7 @@ class ExtendedPathIndex(Index):
             value = "/" + "/".join(str(v) for v in value[1:])
         if not isinstance(value, str):
             raise BadValue(f"index {self.name!r}: path value must be a string, got {value!r}")
-        return check_key_size(normalise(value), f"a path of index {self.name!r}")
+        return check_key_size(normalise(value), "a path of index %r", self.name)
 
     # Expressions over the row.
     @property

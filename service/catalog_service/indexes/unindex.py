@@ -187,11 +187,11 @@ class ScalarIndex(UnIndex):
 
     def _coerce(self, value: Any, stored: bool) -> Any:
         vt = self.value_type
-        if isinstance(value, list | dict):
+        if isinstance(value, (list, dict)):  # a tuple: `list | dict` would make a union per call
             raise BadValue(f"index {self.name!r} holds one value per object, not {type(value).__name__}")
         if vt == "text":
             if isinstance(value, str):
-                return check_key_size(value, f"a value of index {self.name!r}") if stored else value
+                return check_key_size(value, "a value of index %r", self.name) if stored else value
             if stored:
                 raise BadValue(f"index {self.name!r} holds text, got {value!r}")
             raise BadValue("wrong type")

@@ -64,18 +64,19 @@ def _convert_index(entry: IndexEntry, catalog: Catalog) -> Change:
     path = normalise(entry.path)
     if not path.startswith("/") or "\x00" in path:
         raise BadValue(f"object {entry.uid!r}: invalid path")
-    check_key_size(path, f"the path of object {entry.uid!r}")
+    check_key_size(path, "the path of object %r", entry.uid)
     idx: dict[str, Any] = {}
-    for name, (stored, absent) in chosen:
-        if name in values:
-            try:
-                value = stored(values[name])
-            except BadValue as exc:
-                raise BadValue(f"object {entry.uid!r}: {exc.detail}") from exc
+    try:
+        for name, (stored, absent) in chosen:
+            value = values.get(name, MISSING)
             if value is not MISSING:
-                idx[name] = value
-        elif absent is not MISSING:
-            idx[name] = list(absent)
+                value = stored(value)
+                if value is not MISSING:
+                    idx[name] = value
+            elif absent is not MISSING:
+                idx[name] = list(absent)
+    except BadValue as exc:
+        raise BadValue(f"object {entry.uid!r}: {exc.detail}") from exc
     return Change(op="index", uid=entry.uid, version=entry.version, path=path, idx=idx,
                   meta=dict(entry.metadata), idxs=names, meta_partial=entry.idxs is not None)
 
@@ -136,14 +137,16 @@ def _allowed(idx: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def _dumps(value: Any) -> str:
+def _dumps(value: Any) -> bytes:
+    """``value`` as JSON for a jsonb column: UTF-8 bytes, which the connections' jsonb codec
+    (store/database.py) sends as they are."""
     try:
-        text = orjson.dumps(value).decode()
+        text = orjson.dumps(value)
     except TypeError as exc:
         raise BadValue(f"value cannot be stored as JSON: {exc}") from exc
     # jsonb has no \u0000. The search is one pass in C; the walk only confirms a hit (the
     # text may hold an escaped backslash followed by "u0000").
-    if "\\u0000" in text and _has_nul(value):
+    if b"\\u0000" in text and _has_nul(value):
         raise BadValue("values cannot contain NUL characters (PostgreSQL cannot store them)")
     return text
 
@@ -474,29 +477,31 @@ TextProfile = tuple[dict[str, tuple[int, int]], dict[tuple[str, str], int], dict
 class StagedProfile:
     """The text profile of a batch's rows as staged (see _text_profile), kept with the batch.
 
-    Counted per document as the rows hold it: the cell labels of the indexes with cells (their
+    Collected per document as the rows hold it: the cell labels of the indexes with cells (their
     words and document frequencies follow from the labels), the distinct words of the others.
-    Taken apart once per distinct label, when the profile is read."""
+    Counted, and taken apart once per distinct label, when the profile is read."""
 
     def __init__(self) -> None:
         self.docs: dict[str, list[int]] = {}
-        self.words: dict[str, Counter] = {}
-        self.labels: dict[str, Counter] = {}
+        # Per index, the documents' distinct words (or cell labels), one document after the other:
+        # one count over all of them when the profile is read costs less than a count per document.
+        self.words: dict[str, list[str]] = {}
+        self.labels: dict[str, list[str]] = {}
 
     def add(self, name: str, words: list[str], labels: list[str] | None) -> None:
         total = self.docs.setdefault(name, [0, 0])
         total[0] += 1
         total[1] += len(words)
         if labels is not None:
-            self.labels.setdefault(name, Counter()).update(labels)
+            self.labels.setdefault(name, []).extend(labels)
         else:
-            self.words.setdefault(name, Counter()).update(set(words))
+            self.words.setdefault(name, []).extend(set(words))
 
     def _cells(self) -> dict[str, dict[tuple[int, int, str], int]]:
         found = {}
-        for name, counts in self.labels.items():
+        for name, labels in self.labels.items():
             found[name] = cells = {}
-            for label, n in counts.items():
+            for label, n in Counter(labels).items():
                 fb, lb, word = label.split(":", 2)
                 cells[int(fb), int(lb), word] = n
         return found
@@ -571,7 +576,8 @@ async def _upsert_deltas(conn: asyncpg.Connection, sql: str, catalog_id: int, be
     """Add ``after - before`` per key with ``sql`` (unnest of the key columns and the delta). Sorted
     keys: two commits touching the same rows lock them in the same order, so commits running side
     by side never deadlock here."""
-    delta = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
+    # A batch of new objects has nothing before (a rebuild's every batch).
+    delta = after if not before else {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
     keys = sorted(k for k, d in delta.items() if d)
     if keys:
         await conn.execute(sql, catalog_id, *([list(column) for column in zip(*keys, strict=True)]),

@@ -20,8 +20,9 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
                               format="binary")
 
 
-def _jsonb_encode(text: str) -> bytes:
-    return b"\x01" + text.encode()
+def _jsonb_encode(text: str | bytes) -> bytes:
+    """JSON text, or its UTF-8 bytes (the batch code has them from orjson), as binary jsonb."""
+    return b"\x01" + (text if isinstance(text, bytes) else text.encode())
 
 
 def _jsonb_decode(data: bytes) -> str:
