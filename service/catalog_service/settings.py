@@ -60,7 +60,6 @@ class Settings(BaseSettings):
     relevance_top: int = Field(default=1000, ge=0)
     # ... from cells holding at least this many documents, plus four per result asked for.
     relevance_candidates: int = Field(default=100, ge=1)
-    max_recurrence_occurrences: int = 1000
     # Staged batches not committed or aborted in this many seconds are resolved (or dropped).
     staged_batch_ttl: float = 900.0
 
