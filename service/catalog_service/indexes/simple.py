@@ -36,8 +36,8 @@ class BooleanIndex(Index):
     def condition(self, q: IndexQuery, ctx: QueryContext) -> str:
         if not q.keys:
             return "false"
-        wanted = "true" if bool(first_key(q)) else "false"
-        return f"({self.json} = '{wanted}'::jsonb)"
+        # The value as a parameter, as every other index's: the SQL text depends on the shape only.
+        return f"({self.json} = {ctx.params.add('true' if bool(first_key(q)) else 'false', 'jsonb')})"
 
     def sort_expr(self) -> str:
         return f"(({self.json})::boolean)"
