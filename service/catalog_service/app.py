@@ -61,7 +61,9 @@ async def lifespan(app: FastAPI):
             applied = await migrate(conn)
             if applied:
                 log.info("migrations applied: %s", ", ".join(applied))
-            await app.state.registry.upgrade_partitions(conn)
+            # Not waiting: a process holding the lock (a `migrate` building indexes, another
+            # worker starting) is doing the same.
+            await app.state.registry.upgrade_partitions(conn, wait=False)
     app.state.db = db
     tune_gc(settings)
     resolver = asyncio.create_task(_resolver(app))

@@ -42,8 +42,9 @@ async def _migrate(dsn: str) -> list[str]:
     conn = await _connect(dsn)
     try:
         applied = await migrate(conn)
-        # Indexes this version declares and older catalogs lack are built here (concurrently:
-        # the service may keep running), not at the service's start.
+        # Indexes this version declares and older catalogs lack (or hold invalid) are built here
+        # (concurrently: the service may keep running), not at the service's start; a second
+        # migrate at the same time waits for this one (store.catalogs.upgrade_lock).
         await CatalogRegistry().upgrade_partitions(
             conn, build_indexes=True, progress=lambda line: print(line, file=sys.stderr, flush=True))
         return applied

@@ -9,6 +9,8 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -62,6 +64,41 @@ async def lock_writes(conn: asyncpg.Connection, catalog: Catalog, exclusive: boo
     and keeps new ones out."""
     take = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
     await conn.execute(f"select {take}($1, $2)", WRITE_LOCK, catalog.id)
+
+
+# Advisory lock (one bigint key) held while a process builds or repairs catalogs' SQL indexes and
+# statistics: migrations' partition upgrade and the build after a bulk load. Without it, two
+# `catalog-service migrate` runs (or service start-ups) at once built, dropped or created
+# statistics of the same names side by side. Session level, because CREATE INDEX CONCURRENTLY
+# cannot run inside a transaction block.
+UPGRADE_LOCK = 0x63617463  # "catc"
+# Seconds between attempts to take UPGRADE_LOCK. It is polled rather than waited for: a session
+# blocked in pg_advisory_lock() holds a snapshot, and the holder's CREATE INDEX CONCURRENTLY waits
+# for every older snapshot to end, a deadlock that PostgreSQL breaks by failing one of the two.
+UPGRADE_LOCK_POLL = 0.2
+
+
+@asynccontextmanager
+async def upgrade_lock(conn: asyncpg.Connection, wait: bool = True) -> AsyncIterator[bool]:
+    """Hold UPGRADE_LOCK on ``conn``'s session for the block; yields whether it is held (always,
+    with ``wait``; without, False when another process holds it)."""
+    take = "select pg_try_advisory_lock($1)"
+    held = await conn.fetchval(take, UPGRADE_LOCK)
+    while not held and wait:
+        await asyncio.sleep(UPGRADE_LOCK_POLL)
+        held = await conn.fetchval(take, UPGRADE_LOCK)
+    if not held:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        try:
+            await conn.execute("select pg_advisory_unlock($1)", UPGRADE_LOCK)
+        except BaseException:
+            # The session must not go back to a pool still holding the lock: ending it releases it.
+            conn.terminate()
+            raise
 
 
 def hash_token(token: str) -> str:
@@ -261,14 +298,23 @@ class CatalogRegistry:
         self._cache.pop(catalog.name, None)
 
     async def upgrade_partitions(self, conn: asyncpg.Connection, build_indexes: bool = False,
-                                 progress=None) -> list[str]:
+                                 progress=None, wait: bool = True) -> list[str]:
         """Bring catalogs made by earlier versions up to date: expression statistics (built by
         the next ANALYZE), the partition's storage settings (they apply to rows written from now
         on) and, with ``build_indexes``, the SQL indexes this version declares (built
-        concurrently, then the ones they replace dropped). Building an index takes a while on a
-        large catalog, so the service does not do it at start-up: it returns (and logs) the
-        missing ones, and ``catalog-service migrate`` builds them. ``progress`` gets a line per
-        index built."""
+        concurrently, then the ones they replace dropped), and any left invalid by a failed or
+        cancelled build (dropped and built again). Building an index takes a while on a large
+        catalog, so the service does not do it at start-up: it returns (and logs) the missing
+        ones, and ``catalog-service migrate`` builds them. ``progress`` gets a line per index
+        built. Runs under UPGRADE_LOCK; without ``wait``, does nothing and returns [] when
+        another process holds it (that process is doing the same)."""
+        async with upgrade_lock(conn, wait) as held:
+            if not held:
+                log.info("another process is upgrading the catalogs' partitions; not waiting for it")
+                return []
+            return await self._upgrade_partitions(conn, build_indexes, progress)
+
+    async def _upgrade_partitions(self, conn: asyncpg.Connection, build_indexes: bool, progress) -> list[str]:
         missing = []
         for row in await conn.fetch("select * from catalog"):
             catalog = build(row)
@@ -284,6 +330,9 @@ class CatalogRegistry:
                     missing.append(f"{catalog.name}: {name}")
                     continue
                 began = time.monotonic()
+                # An invalid index of that name (a concurrent build that failed) would make
+                # "if not exists" skip the build.
+                await conn.execute(f"drop index concurrently if exists {name}")
                 await conn.execute(statement.replace("create index if not exists",
                                                      "create index concurrently if not exists", 1))
                 for suffix in index.superseded if index is not None else ():
@@ -321,10 +370,14 @@ def plain_name(name: str) -> str:
 
 
 async def missing_indexes(conn: asyncpg.Connection, catalog: Catalog) -> list[tuple[object, str, str]]:
-    """The catalog's secondary indexes (as :func:`secondary_indexes`) that its partition lacks."""
+    """The catalog's secondary indexes (as :func:`secondary_indexes`) that its partition lacks or
+    holds invalid: a CREATE INDEX CONCURRENTLY that failed or was cancelled leaves its index
+    behind, maintained by writes but never used by queries, until it is dropped and built again."""
     wanted = secondary_indexes(catalog)
-    absent = set(await conn.fetchval("select coalesce(array_agg(n), '{}') from unnest($1::text[]) n "
-                                     "where to_regclass(n) is null", [name for _, name, _ in wanted]))
+    absent = set(await conn.fetchval(
+        "select coalesce(array_agg(n), '{}') from unnest($1::text[]) n "
+        "where not coalesce((select i.indisvalid from pg_index i where i.indexrelid = to_regclass(n)), false)",
+        [name for _, name, _ in wanted]))
     return [entry for entry in wanted if entry[1] in absent]
 
 
@@ -347,30 +400,45 @@ async def build_indexes(pool: asyncpg.Pool, catalog: Catalog, builders: int = 2,
                         progress=None) -> list[str]:
     """Build every secondary index the catalog's partition lacks, ``builders`` at a time on
     connections of ``pool``, then ANALYZE it. Plain ``create index``: each build reads the table
-    once and sorts, and holds writes to the catalog off while it runs (reads go on). Returns the
-    names built; ``progress`` gets a line per index."""
-    async with pool.acquire() as conn:
-        queue = await missing_indexes(conn, catalog)
+    once and sorts, and holds writes to the catalog off while it runs (reads go on). Indexes left
+    invalid by a failed concurrent build are dropped and built again. Waits for UPGRADE_LOCK, held
+    for the whole build by the first builder's connection. Returns the names built; ``progress``
+    gets a line per index."""
+    async with pool.acquire() as conn, upgrade_lock(conn):
+        return await _build_indexes(pool, conn, catalog, builders, memory, progress)
+
+
+async def _build_indexes(pool: asyncpg.Pool, first: asyncpg.Connection, catalog: Catalog, builders: int,
+                         memory: str, progress) -> list[str]:
+    queue = await missing_indexes(first, catalog)
     built: list[str] = []
 
-    async def builder() -> None:
-        async with pool.acquire() as conn:
-            while queue:
-                _, name, statement = queue.pop(0)
-                began = time.monotonic()
-                async with conn.transaction():
-                    # Shared: batch commits may wait for the build, a clear or drop may not run under it.
-                    await lock_writes(conn, catalog, exclusive=False)
-                    await conn.execute("set local statement_timeout = 0")
-                    await conn.execute("set local max_parallel_maintenance_workers = 0")  # builders in parallel instead
-                    await conn.execute(f"set local maintenance_work_mem = '{memory}'")
-                    await conn.execute(statement)
-                built.append(plain_name(name))
-                if progress is not None:
-                    progress(f"{catalog.name}: built {name} in {time.monotonic() - began:.1f} s")
+    async def builder(conn: asyncpg.Connection) -> None:
+        while queue:
+            _, name, statement = queue.pop(0)
+            began = time.monotonic()
+            # An invalid index of that name, left by a failed concurrent build: dropped on its
+            # own, as the DROP's exclusive lock would otherwise hold reads off during the build.
+            await conn.execute(f"drop index if exists {name}")
+            async with conn.transaction():
+                # Shared: batch commits may wait for the build, a clear or drop may not run under it.
+                await lock_writes(conn, catalog, exclusive=False)
+                await conn.execute("set local statement_timeout = 0")
+                await conn.execute("set local max_parallel_maintenance_workers = 0")  # builders in parallel instead
+                await conn.execute(f"set local maintenance_work_mem = '{memory}'")
+                await conn.execute(statement)
+            built.append(plain_name(name))
+            if progress is not None:
+                progress(f"{catalog.name}: built {name} in {time.monotonic() - began:.1f} s")
 
-    await asyncio.gather(*(builder() for _ in range(max(1, builders))))
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute("set local statement_timeout = 0")
-        await conn.execute(f"analyze {catalog.table}")
+    async def pooled_builder() -> None:
+        async with pool.acquire() as conn:
+            await builder(conn)
+
+    # The first builder works on the lock's connection, so a pool with a single connection free
+    # still builds (one index at a time) instead of waiting for itself.
+    await asyncio.gather(builder(first), *(pooled_builder() for _ in range(max(1, builders) - 1)))
+    async with first.transaction():
+        await first.execute("set local statement_timeout = 0")
+        await first.execute(f"analyze {catalog.table}")
     return built

@@ -33,8 +33,10 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     """Return a connection to the pool as it is: asyncpg has already rolled back an open
     transaction. The default reset (``RESET ALL; UNLISTEN *; CLOSE ALL; pg_advisory_unlock_all()``)
     is one more round trip per request, and the service leaves no session state behind: settings
-    are fixed when a connection starts (``server_settings``), changed only with ``SET LOCAL``, and
-    it takes no session locks, listens to nothing, and declares no cursors outside transactions."""
+    are fixed when a connection starts (``server_settings``), changed only with ``SET LOCAL``, its
+    one session lock (``store.catalogs.upgrade_lock``) is released before the connection comes
+    back (or the connection is closed), it listens to nothing, and declares no cursors outside
+    transactions."""
 
 
 def server_settings(settings: Settings) -> dict[str, str]:
