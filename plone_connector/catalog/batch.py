@@ -211,7 +211,7 @@ class BatchDataManager:
         # calls abort() on every resource again after its after-commit hooks ran).
         batch.staged = False
         # Not in the background: when the commit returns, every later query sees the batch, also
-        # one that another program sends to the service (read-your-writes, ARCHITECTURE.md).
+        # one that another program sends to the service (read-your-writes, docs/connector.md).
         _commit(self.client, batch.catalog_id, batch.batch_id)
 
     def tpc_abort(self, txn):

@@ -300,7 +300,8 @@ def _field_like(draw, value: st.SearchStrategy, *, keyword=False, ranges=True) -
     if shape == "range" and ranges:
         kind = draw(st.sampled_from(["min", "max", "min:max"]))
         if kind == "min:max":
-            # Bounds in either order: ZCatalog does not swap inverted bounds.
+            # Bounds in either order: UnIndex takes min(keys) and max(keys) as the bounds, so an
+            # inverted pair selects the same range as the ordered one.
             return {"query": [draw(value), draw(value)], "range": kind}
         return {"query": draw(value), "range": kind}
     if shape == "none":

@@ -1,4 +1,5 @@
-"""Hand-written edge cases, one or more per edge case named in ARCHITECTURE.md.
+"""Hand-written edge cases, one or more per ZCatalog corner listed in
+docs/decisions/0003-query-semantics.md.
 
 Same comparison as the generated tests (``compare``), on one fixed corpus built to contain the
 traps: ids with ``_``, ``%``, spaces and non-ASCII letters next to look-alikes (``a_b``/``axb``,
@@ -119,7 +120,8 @@ EDGE_QUERIES = {
     "not-daterange": {"effectiveRange": {"query": T("2025-01-01"), "not": T("2025-01-01")}},
     "not-path": {"path": {"query": "/plone", "not": "/plone/news"}},
     "not-text": {"SearchableText": {"query": "plone", "not": "news"}},
-    # range min / max / minmax, and inverted bounds (ZCatalog does not swap them).
+    # range min / max / minmax, and inverted bounds (UnIndex takes min(keys) and max(keys), so
+    # they select the same range as ordered ones).
     "range-date-min": {"modified": {"query": STAMP, "range": "min"}},
     "range-date-max": {"modified": {"query": STAMP, "range": "max"}},
     "range-date-minmax": {"modified": {"query": [T("2021-01-01"), T("2023-01-01")], "range": "min:max"}},

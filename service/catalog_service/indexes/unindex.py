@@ -326,7 +326,7 @@ class KeywordIndex(UnIndex):
     def ddl(self, table: str) -> list[str]:
         if self.name == "allowedRolesAndUsers":
             # Security is filtered on the row's `allowed` column, never through an index: it
-            # matches most rows, and an index on it misleads the planner (ARCHITECTURE.md).
+            # matches most rows, and an index on it misleads the planner (docs/decisions/0001).
             return []
         return [f"create index if not exists {self.index_name(table, 'g')} on {table} "
                 f"using gin ((idx->{self.key}))"]
