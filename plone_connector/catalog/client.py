@@ -1,7 +1,8 @@
 """The HTTP client of the catalog service: one keep-alive pool per process, timeouts, retries.
 
 Only idempotent calls are retried: queries, reads, staging (the same batch id replaces the staged
-batch), commit and abort (both idempotent by contract). Creating a catalog is not retried.
+batch), commit and abort (both idempotent by contract). Creating a catalog is not retried. The
+timeout bounds a whole call, retries included: a page waits at most that long for one request.
 
 Some requests are sent in the background (``in_background``: staging while the ZODB storages store
 and vote), by one thread per process in the order they were handed over. Every other request
@@ -31,10 +32,17 @@ from catalog_schemas.api import (
     SchemaUpdate,
     SearchRequest,
     SearchResult,
+    UniqueValues,
 )
 
 from . import stats
-from .errors import CatalogNotFound, CatalogServiceError, ServiceRejected, ServiceUnavailable
+from .errors import (
+    CatalogNotFound,
+    CatalogServiceError,
+    ServiceRejected,
+    ServiceTimeout,
+    ServiceUnavailable,
+)
 from .settings import ConnectorSettings
 
 logger = logging.getLogger("plone_connector.catalog")
@@ -125,15 +133,23 @@ class CatalogClient:
             content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
             send_headers["Content-Type"] = "application/json"
         attempts = max(1, self.settings.retries) if idempotent else 1
+        deadline = time.monotonic() + self.settings.timeout
         last_error: Exception | None = None
         for attempt in range(attempts):
             if attempt:
-                time.sleep(min(0.05 * 2**attempt, 1.0))
+                pause = min(0.05 * 2**attempt, 1.0)
+                if time.monotonic() + pause >= deadline:
+                    break
+                time.sleep(pause)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
             try:
                 self.requests_sent += 1
                 stats.request_sent()
                 response = self._http.request(
-                    method, path, content=content, params=params, headers=send_headers
+                    method, path, content=content, params=params, headers=send_headers,
+                    timeout=httpx.Timeout(remaining, connect=min(self.settings.connect_timeout, remaining)),
                 )
             except httpx.TransportError as exc:
                 last_error = exc
@@ -147,6 +163,11 @@ class CatalogClient:
             if response.status_code == 204 or not response.content:
                 return None
             return response.json()
+        if isinstance(last_error, httpx.TimeoutException):
+            raise ServiceTimeout(
+                f"The catalog service at {self.settings.url} did not answer {method} {path} "
+                f"within {self.settings.timeout:g} s"
+            ) from last_error
         raise ServiceUnavailable(
             f"The catalog service at {self.settings.url} is not reachable: {last_error}"
         ) from last_error
@@ -217,9 +238,14 @@ class CatalogClient:
         )
         return SearchResult.model_validate(data)
 
-    def unique_values(self, catalog_id: str, index: str) -> list:
-        data = self._send("GET", self._catalog_path(catalog_id, "unique", index))
-        return data["values"]
+    def unique_values(self, catalog_id: str, index: str, batch_ids=(), lengths: bool = False) -> UniqueValues:
+        """The index's distinct values, seeing the staged ``batch_ids``; with ``lengths``, the
+        number of objects per value and in all."""
+        params = {"batch_id": list(batch_ids)}
+        if lengths:
+            params["lengths"] = "true"
+        data = self._send("GET", self._catalog_path(catalog_id, "unique", index), params=params)
+        return UniqueValues.model_validate(data)
 
     def verify(self, catalog_id: str, entries: list[dict]) -> dict[str, dict]:
         """Per uid: whether the service holds it, and which indexes and metadata differ."""

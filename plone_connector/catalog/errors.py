@@ -18,6 +18,10 @@ class ServiceUnavailable(CatalogServiceError):
     """The service did not answer (down, timeout, 5xx after retries)."""
 
 
+class ServiceTimeout(ServiceUnavailable):
+    """The service did not answer within the configured timeout (retries included)."""
+
+
 class ServiceRejected(CatalogServiceError):
     """The service answered with a 4xx: the request itself is wrong (bad query, unknown index)."""
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 class ConnectorSettings:
     url: str
     token: str
-    # Seconds; a page waits at most this long for one query before the error page is shown.
+    # Seconds for one call, its retries included: a page waits at most this long for one query
+    # before the error page is shown.
     timeout: float = 10.0
     connect_timeout: float = 2.0
     # Attempts for idempotent calls (queries, stage, commit, abort) on connection errors and 5xx.
