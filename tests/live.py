@@ -25,6 +25,7 @@ class LiveService:
     admin_token: str
     process: subprocess.Popen
     database_url: str
+    log_path: str = ""  # the service's stderr
 
     def client(self, token: str | None = None, **kw) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token or self.admin_token}"} if token is not False else {}
@@ -59,7 +60,8 @@ def start_service(database_url: str, admin_token: str = "test-admin-token", extr
                 raise RuntimeError("service exited: " + text.read()[-3000:])
         try:
             if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                return LiveService(url=url, admin_token=admin_token, process=process, database_url=database_url)
+                return LiveService(url=url, admin_token=admin_token, process=process, database_url=database_url,
+                                   log_path=log.name)
         except httpx.TransportError:
             pass
         time.sleep(0.1)

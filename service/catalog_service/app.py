@@ -8,6 +8,7 @@ import gc
 import logging
 import time
 from contextlib import asynccontextmanager
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException
@@ -77,7 +78,12 @@ async def lifespan(app: FastAPI):
 
 
 class Observe:
-    """Request counts and latency per route, and a log line for failed or slow requests.
+    """Request counts and latency per route, and one log line for each failed or slow request.
+
+    The line names the route, status, milliseconds and catalog, and carries the error of a failed
+    request (the error handlers leave it in the scope, ``problems.ERROR``). An exception no handler
+    answered is answered here with a 500 problem: past this middleware, Starlette would answer it
+    and raise it again for the server to log, a second line (and not a JSON one).
 
     A plain ASGI middleware: Starlette's BaseHTTPMiddleware (``@app.middleware``) runs the
     application in a task group of its own and costs a noticeable part of a short request.
@@ -92,15 +98,23 @@ class Observe:
             return
         started = time.perf_counter()
         status = 500
+        responded = False
+        error = None
 
         async def send_observed(message):
-            nonlocal status
+            nonlocal status, responded
             if message["type"] == "http.response.start":
                 status = message["status"]
+                responded = True
             await send(message)
 
         try:
             await self.app(scope, receive, send_observed)
+        except Exception as exc:
+            error = exc
+            if responded:
+                raise  # too late for an answer; the server closes the connection and logs it
+            await problems.internal_error(scope["path"])(scope, receive, send_observed)
         finally:
             route = scope.get("route")
             name = getattr(route, "path", "unmatched")
@@ -108,8 +122,20 @@ class Observe:
             REQUESTS.labels(name, scope["method"], str(status)).inc()
             LATENCY.labels(name).observe(elapsed)
             if status >= 500 or elapsed > 1.0:
-                log.warning("slow or failed request", extra={"route": name, "status": status,
-                                                            "ms": round(elapsed * 1000, 2)})
+                fields = {"route": name, "status": status, "ms": round(elapsed * 1000, 2)}
+                catalog = _catalog_of(scope)
+                if catalog is not None:
+                    fields["catalog"] = catalog
+                log.warning("slow or failed request", exc_info=error or scope.get(problems.ERROR), extra=fields)
+
+
+def _catalog_of(scope) -> str | None:
+    """The catalog a request is for: its path names it, or a search's ``catalog`` parameter."""
+    name = scope.get("path_params", {}).get("name")
+    if name is None and scope["path"] == "/search":
+        names = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("catalog")
+        name = names[0] if names else None
+    return name
 
 
 class BodyLimit:

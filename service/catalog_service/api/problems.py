@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,7 +10,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import CatalogError
 
-log = logging.getLogger(__name__)
 MEDIA_TYPE = "application/problem+json"
 
 
@@ -26,11 +23,20 @@ def problem(status: int, title: str, detail: str | None = None, instance: str | 
     return Response(orjson.dumps(body, default=str), status_code=status, media_type=MEDIA_TYPE)
 
 
+# Where a handler leaves the error of a failed request (5xx) in the request's scope: the request's
+# one log line (app.Observe) carries it, instead of a line of its own.
+ERROR = "catalog_service.error"
+
+
+def internal_error(path: str) -> Response:
+    return problem(500, "Internal server error", "see the service log", path)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(CatalogError)
     async def catalog_error(request: Request, exc: CatalogError):
         if exc.status >= 500:
-            log.error("request failed: %s", exc.detail)
+            request.scope[ERROR] = exc
         return problem(exc.status, exc.title, exc.detail, str(request.url.path), **exc.extra)
 
     @app.exception_handler(RequestValidationError)
@@ -51,5 +57,5 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
-        log.exception("unexpected error")
-        return problem(500, "Internal server error", "see the service log", str(request.url.path))
+        request.scope[ERROR] = exc
+        return internal_error(str(request.url.path))
