@@ -53,6 +53,28 @@ def value_type_from_values(values) -> str:
     return "text"
 
 
+# The pipeline of Plone's plone_lexicon, the only one the service's text module reproduces (its
+# splitter with CJK bigrams and its accent-ignoring case normaliser). Another lexicon (ZCatalog's
+# plain splitter, HTML-aware splitting, stop words) would split words differently.
+PLONE_PIPELINE = (
+    "Products.CMFPlone.UnicodeSplitter.splitter.Splitter",
+    "Products.CMFPlone.UnicodeSplitter.splitter.I18NNormalizer",
+)
+
+
+def _check_plone_lexicon(index) -> None:
+    try:
+        lexicon = index.getLexicon()
+    except (AttributeError, KeyError, TypeError):  # no such lexicon, or not a lexicon
+        lexicon = None
+    pipeline = tuple(f"{type(e).__module__}.{type(e).__qualname__}" for e in getattr(lexicon, "_pipeline", ()))
+    if pipeline != PLONE_PIPELINE:
+        raise ServiceRejected(
+            f"index {index.getId()!r}: lexicon {getattr(index, 'lexicon_id', None)!r} splits and normalises"
+            f" with {list(pipeline)}; the catalog service reproduces only Plone's plone_lexicon pipeline"
+            f" {list(PLONE_PIPELINE)}")
+
+
 def declaration(index, value_type: str | None = None) -> IndexDeclaration:
     meta_type = index.meta_type
     if meta_type not in INDEX_TYPES:
@@ -72,6 +94,7 @@ def declaration(index, value_type: str | None = None) -> IndexDeclaration:
         fields["until_field"] = index.getUntilField()
         fields["precision_value"] = int(getattr(index, "precision_value", 1) or 1)
     if meta_type == "ZCTextIndex":
+        _check_plone_lexicon(index)
         fields["indexed_attrs"] = list(index.getIndexSourceNames())
         fields["lexicon_id"] = getattr(index, "lexicon_id", None)
         fields["index_type"] = getattr(index, "_index_type", "Okapi BM25 Rank")

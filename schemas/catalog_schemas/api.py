@@ -66,9 +66,11 @@ class IndexDeclaration(Model):
     index_naive_time_as_local: bool = True
     # DateRangeIndex: treat an open end as the far past/future ("floor"/"ceiling" values).
     precision_value: int | None = None
-    # ZCTextIndex: lexicon pipeline and scoring.
+    # ZCTextIndex: the lexicon's id is informative (the connector refuses a lexicon whose pipeline
+    # is not Plone's, the only one the service reproduces). Only Okapi BM25 is scored as ZCatalog
+    # scores it; a "Cosine Measure" index would order relevance differently, so it is refused.
     lexicon_id: str | None = None
-    index_type: Literal["Okapi BM25 Rank", "Cosine Measure"] = "Okapi BM25 Rank"
+    index_type: Literal["Okapi BM25 Rank"] = "Okapi BM25 Rank"
     # Field/Keyword: how ranges and sorts compare values.
     value_type: ValueType = "text"
 
@@ -185,8 +187,13 @@ class SearchResult(Model):
 
 
 class UniqueValues(Model):
+    """An index's distinct values in ZCatalog's order; with ``lengths`` asked for, how many objects
+    hold each value (``lengths``, in the same order) and how many hold any (``objects``)."""
+
     index: str
     values: list[Any]
+    lengths: list[int] | None = None
+    objects: int | None = None
 
 
 class Problem(BaseModel):

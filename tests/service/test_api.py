@@ -113,6 +113,8 @@ def test_duplicate_catalog_conflicts(admin, catalog):
     {"id": "ok", "indexes": [{"name": "r", "type": "DateRangeIndex"}]},
     {"id": "ok", "indexes": [{"name": "a", "type": "FieldIndex"}, {"name": "a", "type": "KeywordIndex"}]},
     {"id": "ok", "indexes": [], "unexpected": 1},
+    # Relevance would be ordered by Okapi BM25, not by the cosine measure ZCatalog would use.
+    {"id": "ok", "indexes": [{"name": "t", "type": "ZCTextIndex", "index_type": "Cosine Measure"}]},
 ])
 def test_bad_declarations_are_4xx(admin, body):
     r = admin.post("/catalogs", json=body)
@@ -503,6 +505,25 @@ def test_unique_values(admin, catalog):
     assert admin.get(f"/catalogs/{name}/unique/Subject").json()["values"] == ["a", "b", "c"]
     assert admin.get(f"/catalogs/{name}/unique/SearchableText").status_code == 404
     assert admin.get(f"/catalogs/{name}/unique/nope").status_code == 404
+
+
+def test_unique_values_with_lengths_and_staged_batches(admin, catalog):
+    name, _ = catalog
+    commit(admin, name, [entry("a", "/plone/a", subjects=["b", "a"]), entry("b", "/plone/b", subjects=["b"]),
+                         entry("c", "/plone/c", portal_type="Folder")])
+    r = admin.get(f"/catalogs/{name}/unique/Subject", params={"lengths": "true"}).json()
+    # ZCatalog's uniqueValues(withLengths=True): objects per value; numObjects: objects with any.
+    assert (r["values"], r["lengths"], r["objects"]) == (["a", "b"], [1, 2], 2)
+    r = admin.get(f"/catalogs/{name}/unique/portal_type", params={"lengths": "true"}).json()
+    assert (r["values"], r["lengths"], r["objects"]) == (["Document", "Folder"], [2, 1], 3)
+    admin.post(f"/catalogs/{name}/batches?stage=true", json={
+        "batch_id": "tx-unique", "entries": [entry("d", "/plone/d", subjects=["z"]), {"op": "unindex", "uid": "a"}]})
+    staged = {"batch_id": "tx-unique", "lengths": "true"}
+    r = admin.get(f"/catalogs/{name}/unique/Subject", params=staged).json()
+    assert (r["values"], r["lengths"], r["objects"]) == (["b", "z"], [1, 1], 2)
+    # Only the batch's own transaction sees it.
+    assert admin.get(f"/catalogs/{name}/unique/Subject").json()["values"] == ["a", "b"]
+    assert admin.get(f"/catalogs/{name}/unique/Subject").json()["lengths"] is None
 
 
 def test_search_get_forms(live_service, admin, catalog):
