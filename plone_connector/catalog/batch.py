@@ -27,7 +27,7 @@ from zope.interface import implementer
 from catalog_schemas.api import Batch
 
 from . import client as client_module
-from .errors import CatalogServiceError
+from .errors import CatalogServiceError, ServiceUnavailable
 
 logger = logging.getLogger("plone_connector.catalog")
 
@@ -195,9 +195,14 @@ class BatchDataManager:
         try:
             self.stage()
         except CatalogServiceError as exc:
-            raise CatalogServiceError(
-                f"The catalog service did not accept this transaction's catalog changes, so nothing "
-                f"was saved: {exc}",
+            # The same class: the publisher chooses the error page by it (ServiceUnavailable has
+            # its own, a 503 that asks to try again).
+            if isinstance(exc, ServiceUnavailable):
+                reason = "is unavailable"
+            else:
+                reason = "did not accept this transaction's catalog changes"
+            raise type(exc)(
+                f"The catalog service {reason}, so nothing was saved: {exc}",
                 exc.status,
                 exc.detail,
             ) from exc
