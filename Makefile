@@ -23,17 +23,20 @@ run: $(STAMP)
 	$(BIN)/catalog-service serve --demo
 
 ## Install everything and run the whole suite (what CI runs). The suite runs on the embedded
-## PostgreSQL 18 (or DATABASE_URL); the service's own tests run again on the machine's
-## PostgreSQL 15 when one answers on 127.0.0.1:5432 (PG15_URL), since both are supported.
+## PostgreSQL 18 (or DATABASE_URL); the service's API, store and differential tests and the
+## storage's behaviour and conformance tests run again on the machine's PostgreSQL 15 when one
+## answers on 127.0.0.1:5432 (PG15_URL), since both are supported.
 PG15_URL ?= postgresql://127.0.0.1:5432/test
+PG15_TESTS := tests/service/test_api.py tests/service/test_store.py tests/service/test_relevance.py \
+	tests/service/test_differential.py tests/service/test_differential_edges.py \
+	tests/storage/test_behaviour.py tests/storage/test_conformance_hf.py
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 	@if $(BIN)/python -c "import psycopg,sys; psycopg.connect('$(PG15_URL)', connect_timeout=3).close()" 2>/dev/null; then \
-		echo "== service tests again on $(PG15_URL)"; \
-		DATABASE_URL=$(PG15_URL) $(BIN)/python -m pytest -p no:cacheprovider -q \
-			tests/service/test_api.py tests/service/test_store.py tests/service/test_relevance.py; \
+		echo "== service and storage tests again on $(PG15_URL)"; \
+		DATABASE_URL=$(PG15_URL) $(BIN)/python -m pytest -p no:cacheprovider -q $(PG15_TESTS); \
 	else echo "== no PostgreSQL at $(PG15_URL): second run skipped"; fi
 
 ## Everything except the slow Plone layers and the long hypothesis profile.
