@@ -56,6 +56,14 @@ def _value_types(catalog) -> dict[str, str]:
     return found
 
 
+def _keep_counter(old, new) -> None:
+    """The new tool goes on counting from the old tool's counter: caches keyed on it (the query
+    cache, plone.app.caching's ETags) must never see a counter value again for another state."""
+    counter = getattr(aq_base(old), "_counter", None)
+    if counter is not None:
+        new._counter = counter
+
+
 def _swap(portal, new_tool):
     old = aq_base(getattr(portal, TOOL_ID))
     sm = portal.getSiteManager()
@@ -87,6 +95,7 @@ def install_service_catalog(portal, catalog_id: str | None = None) -> ServiceCat
     tool._service_value_types = value_types
     tool = _swap(portal, tool)
     _transfer(old, tool)
+    _keep_counter(old, tool)
     _set_toolset(portal, SERVICE_TOOL_CLASS)
     ensure_service_catalog(tool, value_types)
     # One batch (clear + every object) in this transaction: the site's catalog appears at commit.
@@ -119,6 +128,7 @@ def uninstall_service_catalog(portal) -> CatalogTool:
     old = aq_base(current)
     tool = _swap(portal, CatalogTool())
     _transfer(old, tool)
+    _keep_counter(old, tool)
     _set_toolset(portal, PLONE_TOOL_CLASS)
     tool.clearFindAndRebuild()
     return tool
