@@ -501,7 +501,7 @@ class ServiceCatalogTool(CatalogTool):
     @security.protected(SearchZCatalog)
     def uniqueValuesFor(self, name):
         if name not in self._catalog.indexes:
-            raise CatalogError(f"Unknown index {name}")
+            raise KeyError(name)  # as ZCatalog's (its getIndex looks the name up)
         processQueue()
         return tuple(self._client().unique_values(self.catalog_id(), name))
 
