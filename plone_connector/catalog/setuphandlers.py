@@ -3,7 +3,9 @@
 The new tool takes over the old tool's ``_catalog`` (its index objects and metadata columns, emptied)
 and its lexicons, so it has exactly the indexes, with all their properties, that the old one had,
 including those other add-ons' catalog.xml added. (A catalog.xml round trip would not do: some
-index types, e.g. DateRecurringIndex, do not export what they need to be created again.)
+index types, e.g. DateRecurringIndex, do not export what they need to be created again.) The moved
+``_catalog`` becomes a ServiceCatalog, whose index objects read their data from the service
+(indexes.py), and a plain ZCatalog Catalog again on uninstall.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import os
 
 from Acquisition import aq_base, aq_inner, aq_parent
 from Products.CMFPlone.CatalogTool import CatalogTool
+from Products.ZCatalog.Catalog import Catalog
 
 from catalog_schemas.api import CatalogCreate
 
 from .client import get_client
 from .errors import ServiceRejected
+from .indexes import ServiceCatalog
 from .schema import declarations
 from .tool import ServiceCatalogTool
 
@@ -31,13 +35,20 @@ PLONE_TOOL_CLASS = "Products.CMFPlone.CatalogTool.CatalogTool"
 def _transfer(old, new) -> None:
     """Move the definitions (indexes, columns, lexicons) from ``old`` to ``new``, without data."""
     old = aq_base(old)
-    catalog = old._catalog
-    catalog.clear()
+    old._catalog.clear()  # in the old tool's context, where ZCTextIndex finds its lexicon
+    catalog = aq_base(old._catalog)
+    _set_catalog_class(catalog, ServiceCatalog if isinstance(aq_base(new), ServiceCatalogTool) else Catalog)
     new._catalog = catalog
     for object_id in list(old.objectIds()):
         sub = aq_base(old._getOb(object_id))
         old._delObject(object_id, suppress_events=True)
         new._setObject(object_id, sub, suppress_events=True)
+
+
+def _set_catalog_class(catalog, cls) -> None:
+    if type(catalog) is not cls:
+        catalog.__class__ = cls
+        catalog._p_changed = True  # the class is part of the stored record
 
 
 def _value_types(catalog) -> dict[str, str]:
@@ -87,6 +98,7 @@ def install_service_catalog(portal, catalog_id: str | None = None) -> ServiceCat
     current = getattr(portal, TOOL_ID)
     if isinstance(aq_base(current), ServiceCatalogTool):
         ensure_service_catalog(current)
+        _set_catalog_class(aq_base(current._catalog), ServiceCatalog)
         return current
     value_types = _value_types(current)
     old = aq_base(current)
@@ -132,6 +144,14 @@ def uninstall_service_catalog(portal) -> CatalogTool:
     _set_toolset(portal, PLONE_TOOL_CLASS)
     tool.clearFindAndRebuild()
     return tool
+
+
+def upgrade_index_views(context):
+    """Profile version 2: the index objects of a site installed before read from the service."""
+    portal = aq_parent(aq_inner(context))
+    tool = getattr(portal, TOOL_ID)
+    if isinstance(aq_base(tool), ServiceCatalogTool):
+        _set_catalog_class(aq_base(tool._catalog), ServiceCatalog)
 
 
 def install(context):

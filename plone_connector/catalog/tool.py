@@ -4,16 +4,20 @@ The tool keeps Plone's CatalogTool (and so ZCatalog) as its base for everything 
 catalog: the index objects in ``_catalog.indexes`` (``Indexes[...]``, ``indexes()``, ``schema()``,
 meta types that plone.app.querystring and plone.restapi read), the lexicons and the ZMI. Those
 index objects hold no data: every method that would write or read index data is overridden here to
-go to the service, so a method left to the base class would silently see an empty catalog.
+go to the service, so a method left to the base class would silently see an empty catalog. Plone
+code that reads an index object's data itself gets the object in a proxy that asks the service
+(indexes.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 
 import Missing
+import transaction
 from AccessControl.class_init import InitializeClass
 from AccessControl.Permissions import manage_zcatalog_entries as ManageZCatalogEntries
 from AccessControl.Permissions import manage_zcatalog_indexes as ManageZCatalogIndexes
@@ -39,9 +43,13 @@ from .client import get_client
 from .committed import CatalogBatchMark, batch_watch, until_complete
 from .errors import ServiceRejected
 from .extraction import NOT_INDEXED, index_value, metadata_value
+from .indexes import BooleanIndexView, ValueIndexView, definition, service_index
 from .schema import KNOWN_VALUE_TYPES, TYPED_INDEXES, declarations, wire_value_type
 
 logger = logging.getLogger("plone_connector.catalog")
+
+# Transaction data key of the rid -> path pairs the transaction's lookups found (getpath).
+_RID_PATHS = object()
 
 # Query keys ZCatalog reads besides index names; anything else it ignores, and so do we.
 SORT_KEYS = ("sort_on", "sort_order")
@@ -120,6 +128,7 @@ class ServiceCatalogTool(CatalogTool):
         """The transaction's batch manager; bumps the counter and marks the batch beside it."""
         manager = self._manager(create=True)
         self._increment_counter()
+        _forget_rid_paths()  # a change can drop or move entries whose rids were looked up
         mark = self._catalog_batches
         if mark is None:
             mark = self._catalog_batches = CatalogBatchMark()
@@ -136,7 +145,7 @@ class ServiceCatalogTool(CatalogTool):
         names = list(idxs) if idxs else list(catalog.indexes.keys())
         values = {}
         for name in names:
-            value = index_value(catalog.getIndex(name), wrapper)
+            value = index_value(definition(catalog, name), wrapper)
             if value is not NOT_INDEXED:
                 values[name] = value
         metadata = None
@@ -229,7 +238,7 @@ class ServiceCatalogTool(CatalogTool):
         for name, value in values.items():
             if name in settled or name in KNOWN_VALUE_TYPES:
                 continue
-            if self._catalog.getIndex(name).meta_type not in TYPED_INDEXES:
+            if definition(self._catalog, name).meta_type not in TYPED_INDEXES:
                 continue
             value_type = wire_value_type(value)
             if value_type is None:
@@ -244,7 +253,7 @@ class ServiceCatalogTool(CatalogTool):
 
     def _service_holds_values(self, name: str) -> bool:
         try:
-            return bool(self._client().unique_values(self.catalog_id(), name))
+            return bool(self._client().unique_values(self.catalog_id(), name).values)
         except ServiceRejected as exc:
             if exc.status == 404:  # not declared in the service yet (the addIndex is pending)
                 return False
@@ -304,18 +313,22 @@ class ServiceCatalogTool(CatalogTool):
             b_size = int(query["sort_limit"])
         return wire_query, b_start, b_size
 
-    def _service_search(self, query: dict, principals, show_inactive: bool) -> LazyResults:
-        client = self._client()
+    def _own_batches(self, client) -> list[str]:
+        """The staged batch of this transaction, for a read that must see its pending changes."""
         retry_unfinished(client)
-        catalog_id = self.catalog_id()
-        batch_ids = []
         ordering.flush()
         manager = self._manager(create=False)
         if manager is not None and manager.batch:
             # Our own pending changes must be visible to us (and only to us): stage them.
             manager.stage()
             if manager.batch.staged:
-                batch_ids = [manager.batch.batch_id]
+                return [manager.batch.batch_id]
+        return []
+
+    def _service_search(self, query: dict, principals, show_inactive: bool) -> LazyResults:
+        client = self._client()
+        catalog_id = self.catalog_id()
+        batch_ids = self._own_batches(client)
         wire_query, b_start, b_size = self._wire_query(query)
         page_size = client.settings.page_size
         if b_size is not None:
@@ -498,12 +511,50 @@ class ServiceCatalogTool(CatalogTool):
 
     # -- reading single entries -------------------------------------------------------------
 
+    # -- index data (for the proxies of indexes.py) ----------------------------------------
+
+    def _unique_values(self, name: str, lengths: bool = False):
+        """The service's unique values of index ``name`` as this transaction sees them."""
+        processQueue()
+        client = self._client()
+        catalog_id = self.catalog_id()
+        batch_ids = self._own_batches(client)
+        counter, marked = self._counter_state()
+        complete = self._await_marked(client, catalog_id, batch_watch.pending(marked))
+        key = None
+        if not batch_ids:
+            key = (catalog_id, counter, "unique values", name, lengths)
+            cached = query_cache.get(key)
+            if cached is not None:
+                return cached
+        found = client.unique_values(catalog_id, name, batch_ids, lengths)
+        if key is not None and complete:
+            query_cache.put(key, found)
+        return found
+
+    def _rids_for(self, query: dict) -> list[int]:
+        """The rids an unrestricted query matches; their paths are kept for getpath."""
+        paths = _rid_paths(self.catalog_id())
+        rids = []
+        for brain in self.unrestrictedSearchResults(**query):
+            rid = brain.getRID()
+            paths[rid] = brain.getPath()
+            rids.append(rid)
+        return rids
+
+    def value_type(self, name: str) -> str | None:
+        """The value type the service holds Field/Keyword index ``name`` in (schema.py)."""
+        return (self._service_value_types or {}).get(name) or KNOWN_VALUE_TYPES.get(name)
+
     @security.protected(SearchZCatalog)
     def uniqueValuesFor(self, name):
         if name not in self._catalog.indexes:
             raise KeyError(name)  # as ZCatalog's (its getIndex looks the name up)
-        processQueue()
-        return tuple(self._client().unique_values(self.catalog_id(), name))
+        index = service_index(definition(self._catalog, name), self)
+        if isinstance(index, (ValueIndexView, BooleanIndexView)):
+            return tuple(index.uniqueValues())
+        # The service answers which other index types list values (404: none do).
+        return tuple(self._unique_values(name).values)
 
     def _brain_for_path(self, path):
         results = self.unrestrictedSearchResults(path={"query": path, "depth": 0})
@@ -514,6 +565,9 @@ class ServiceCatalogTool(CatalogTool):
 
     @security.protected(SearchZCatalog)
     def getpath(self, rid):
+        path = _rid_paths(self.catalog_id()).get(rid)
+        if path is not None:
+            return path
         for brain in self._all_brains():
             if brain.getRID() == rid:
                 return brain.getPath()
@@ -570,6 +624,22 @@ class ServiceCatalogTool(CatalogTool):
     def __bool__(self):
         # Truth tests on the tool are common; they must not cost a round trip (or depend on size).
         return True
+
+
+def _rid_paths(catalog_id: str) -> dict:
+    """The rid -> path pairs this transaction's lookups found in catalog ``catalog_id``."""
+    txn = transaction.get()
+    try:
+        found = txn.data(_RID_PATHS)
+    except KeyError:
+        found = {}
+        txn.set_data(_RID_PATHS, found)
+    return found.setdefault(catalog_id, {})
+
+
+def _forget_rid_paths() -> None:
+    with contextlib.suppress(KeyError):
+        transaction.get().data(_RID_PATHS).clear()
 
 
 def _merge_query(query, kw) -> dict:

@@ -6,12 +6,14 @@ import logging
 import time
 
 import orjson
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from catalog_schemas.api import Batch, CatalogCreate, CatalogInfo, SchemaUpdate, UniqueValues
 
 from ..errors import BadRequest, NotFound
 from ..indexes.text import CELLS_SUFFIX
+from ..planner.plan import rows_source
+from ..planner.sql import Params
 from ..store import batches
 from ..store.catalogs import Catalog, build_indexes, defer_indexes, missing_indexes, plain_name
 from .auth import Credential, identify, mint_token, require_admin, require_trusted
@@ -125,15 +127,29 @@ async def create_token(name: str, body: dict, request: Request, cred: Credential
 
 
 @router.get("/{name}/unique/{index}", response_model=UniqueValues)
-async def unique_values(name: str, index: str, request: Request, cred: Credential = Depends(credential)):
+async def unique_values(name: str, index: str, request: Request, cred: Credential = Depends(credential),
+                        lengths: bool = False, batch_id: list[str] = Query(default=[], max_length=16)):
+    """The index's distinct values (ZCatalog's ``uniqueValues``), as the catalog stands or as the
+    caller's staged batches (``batch_id``, its own transaction) leave it; with ``lengths``, how
+    many objects hold each value and how many hold any."""
     catalog, _ = await trusted_catalog(request, name, cred)
     idx = catalog.schema.indexes.get(index)
-    sql = idx.unique_values_sql(catalog.table) if idx is not None else None
+    params = Params()
+    source = rows_source(catalog.schema, batch_id, params)
+    sql = idx.unique_values_sql(source) if idx is not None else None
     if sql is None:
         raise NotFound(f"index {index!r} has no unique values")
+    if lengths:
+        # One statement, so the counts and the values come from one snapshot.
+        sql = (f"select u.*, (select count(*) from {source} o where o.idx ? {idx.key}) as holders "
+               f"from ({sql}) u order by u.sortkey")
     async with request.app.state.db.acquire() as conn:
-        rows = await conn.fetch(sql)
-        return UniqueValues(index=index, values=[orjson.loads(r["value"]) for r in rows])
+        rows = await conn.fetch(sql, *params.values)
+    values = [orjson.loads(r["value"]) for r in rows]
+    if not lengths:
+        return UniqueValues(index=index, values=values)
+    return UniqueValues(index=index, values=values, lengths=[r["objects"] for r in rows],
+                        objects=rows[0]["holders"] if rows else 0)
 
 
 @router.get("/{name}/objects/{uid:path}")

@@ -122,7 +122,9 @@ class Index:
         )
 
     def unique_values_sql(self, table: str) -> str | None:
-        """SQL returning one column ``value`` (jsonb) of distinct values, or None."""
+        """SQL returning, per distinct value in order, ``value`` (jsonb) and ``objects`` (how many
+        objects hold it); None when the index type has no unique values. ``table`` may be a
+        parenthesised subquery (the rows as staged batches leave them)."""
         return None
 
     # -- helpers ---------------------------------------------------------------------------

@@ -50,8 +50,8 @@ class BooleanIndex(Index):
     superseded = ("v",)
 
     def unique_values_sql(self, table: str) -> str:
-        return (f"select distinct ({self.json})::boolean as sortkey, {self.json} as value from {table} o "
-                f"where o.idx ? {self.key} order by 1")
+        return (f"select ({self.json})::boolean as sortkey, {self.json} as value, count(*) as objects "
+                f"from {table} o where o.idx ? {self.key} group by 1, 2 order by 1")
 
 
 class DateRangeIndex(Index):

@@ -227,8 +227,8 @@ class ScalarIndex(UnIndex):
         return self.value_expr()
 
     def unique_values_sql(self, table: str) -> str:
-        return (f"select distinct {self.value_expr()} as sortkey, o.idx->{self.key} as value "
-                f"from {table} o where o.idx ? {self.key} order by 1")
+        return (f"select {self.value_expr()} as sortkey, o.idx->{self.key} as value, count(*) as objects "
+                f"from {table} o where o.idx ? {self.key} group by 1, 2 order by 1")
 
 
 class FieldIndex(ScalarIndex):
@@ -332,5 +332,6 @@ class KeywordIndex(UnIndex):
                 f"using gin ((idx->{self.key}))"]
 
     def unique_values_sql(self, table: str) -> str:
-        return (f"select distinct {self.element_expr('e')} as sortkey, e as value from {table} o, "
-                f"jsonb_array_elements(o.idx->{self.key}) e order by 1")
+        # Keywords are stored distinct per object, so a value's rows count its objects.
+        return (f"select {self.element_expr('e')} as sortkey, e as value, count(*) as objects from {table} o, "
+                f"jsonb_array_elements(o.idx->{self.key}) e group by 1, 2 order by 1")

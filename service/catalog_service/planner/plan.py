@@ -198,7 +198,7 @@ def plan_search(
     if not isinstance(query, dict):
         raise QueryError("a query is a mapping of index names to values")
     params = Params()
-    source = _source(schema, batch_ids, params)
+    source = rows_source(schema, batch_ids, params)
     index_names = []
     ignored = []
     for key, value in query.items():
@@ -391,7 +391,7 @@ def _principals_condition(iq: IndexQuery, params: Params) -> str:
 COLUMNS = "rid, uid, path, parent, depth, allowed, idx, text, meta"
 
 
-def _source(schema: CatalogSchema, batch_ids, params: Params) -> str:
+def rows_source(schema: CatalogSchema, batch_ids, params: Params) -> str:
     """The catalog's rows, or the rows as the named staged batches would leave them."""
     if not batch_ids:
         return schema.table

@@ -1,0 +1,195 @@
+"""Plone code that reads index objects' data itself (not through searches) gets the same answers
+from the connector's index objects as from ZCatalog's, also inside a transaction with pending
+changes: the search page's type filter, the Keywords vocabulary (all keywords, and those of a
+section), the type control panels' counts, plone.app.uuid and plone.app.multilingual's
+numObjects.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import transaction
+from plone import api
+from plone.app.uuid.utils import uuidToObject, uuidToPhysicalPath
+from plone.registry.interfaces import IRegistry
+from Products.CMFCore.indexing import processQueue
+from zope.component import getMultiAdapter, getUtility
+from zope.schema.interfaces import IVocabularyFactory
+
+from tests.connector.sites import SITES, STOCK, delete_from, on_site
+
+pytestmark = [pytest.mark.slow, pytest.mark.plone]
+
+ROOT = "index-data"
+INDEXES = ("portal_type", "Subject", "review_state", "Creator")
+
+
+def index_reads(site) -> dict:
+    # ZCatalog's index objects show what the indexing queue has applied so far; the connector's
+    # process the queue first, as searches do. Processed here, both show the same state.
+    processQueue()
+    catalog = site.portal_catalog
+    found = {}
+    for name in INDEXES:
+        index = catalog._catalog.getIndex(name)
+        found[name] = {
+            "getIndex": list(index.uniqueValues()),
+            "withLengths": list(index.uniqueValues(withLengths=True)),
+            "Indexes": list(catalog.Indexes[name].uniqueValues()),
+            "indexes": list(catalog._catalog.indexes[name].uniqueValues()),
+            "uniqueValuesFor": catalog.uniqueValuesFor(name),
+            "numObjects": index.numObjects(),
+            "indexSize": index.indexSize(),
+            "other name": list(index.uniqueValues(name="other")),
+        }
+    keywords = getUtility(IVocabularyFactory, "plone.app.vocabularies.Keywords")
+    found["Keywords"] = [term.value for term in keywords(site)]
+    found["Keywords filtered"] = [term.value for term in keywords(site, query="r")]
+    # The keywords of a section (the navigation root) use _apply_index of the path and Subject
+    # indexes; the setting is not committed (on_site commits only the tests' own actions).
+    registry = getUtility(IRegistry)
+    registry["plone.subjects_of_navigation_root"] = True
+    found["Keywords of section"] = [term.value for term in keywords(site[ROOT])]
+    registry["plone.subjects_of_navigation_root"] = False
+    search = getMultiAdapter((site, site.REQUEST), name="search")
+    found["search types"] = search.types_list()
+    found["type counts"] = dict(catalog.Indexes["portal_type"].uniqueValues(withLengths=True))
+    doc = site[ROOT]["tagged"]
+    site_path = "/".join(site.getPhysicalPath())
+    found["uuid path"] = uuidToPhysicalPath(api.content.get_uuid(doc))[len(site_path):]
+    found["uuid object"] = uuidToObject(api.content.get_uuid(doc)).getId()
+    found["unknown uuid"] = (uuidToPhysicalPath("no-such-uuid"), uuidToPhysicalPath(None))
+    return found
+
+
+def build(site):
+    root = api.content.create(container=site, type="Folder", id=ROOT, title="Index data")
+    api.content.create(container=root, type="Document", id="tagged", title="Tagged",
+                       subject=("red", "Ärger", "apple"))
+    api.content.create(container=root, type="Document", id="red", title="Red", subject=("red",))
+    news = api.content.create(container=root, type="News Item", id="news", title="News", subject=("zebra",))
+    api.content.transition(news, "publish")
+    event = api.content.create(container=root, type="Event", id="event", title="Event")
+    event.setCreators(("editor", "manager"))
+    event.reindexObject()
+
+
+def pending_changes(site):
+    """Changes inside the transaction that reads: a new type, new keywords, a removed object."""
+    root = site[ROOT]
+    api.content.create(container=root, type="Link", id="link", title="Link", subject=("pending", "red"))
+    api.content.delete(root["news"])
+    root["red"].setSubject(("blue",))
+    root["red"].reindexObject()
+
+
+def set_site_creators(site, creators):
+    site.setCreators(creators)
+    site.reindexObject(idxs=["Creator"])
+
+
+@pytest.fixture
+def index_content(plone_sites):
+    # The two site roots were made by different users; the indexes list the whole site.
+    creators = {}
+    for name in SITES:
+        with on_site(name) as site:
+            creators[name] = site.listCreators()
+            set_site_creators(site, ("admin",))
+            build(site)
+    yield
+    for name in SITES:
+        delete_from(name, ROOT)
+        with on_site(name) as site:
+            set_site_creators(site, creators[name])
+
+
+def assert_same(stock: dict, connected: dict, step: str):
+    for key in stock:
+        assert connected[key] == stock[key], f"{step}: {key}"
+
+
+def test_index_data_reads_match_zcatalog(index_content):
+    committed, pending = {}, {}
+    for name in SITES:
+        with on_site(name, commit=False) as site:
+            committed[name] = index_reads(site)
+        with on_site(name, commit=False) as site:
+            pending_changes(site)
+            pending[name] = index_reads(site)
+    stock, connected = committed[STOCK], committed[SITES[1]]
+    assert_same(stock, connected, "committed")
+    # What the test's content must show, so a comparison of two empty answers cannot pass.
+    assert {"red", "Ärger", "apple", "zebra"} <= set(stock["Keywords"])
+    assert ("News Item", 1) in stock["portal_type"]["withLengths"]
+    assert "editor" in stock["Creator"]["getIndex"]
+    assert stock["uuid path"] == f"/{ROOT}/tagged"
+    assert_same(pending[STOCK], pending[SITES[1]], "pending changes")
+    assert "pending" in pending[STOCK]["Keywords"] and "zebra" not in pending[STOCK]["Keywords"]
+    assert "Link" in pending[STOCK]["search types"] or "Link" in pending[STOCK]["portal_type"]["getIndex"]
+
+
+def test_install_upgrade_and_uninstall_set_the_catalog_class(plone_sites):
+    """Install makes the moved ``_catalog`` a ServiceCatalog, the upgrade step does so for a site
+    installed before, uninstall makes it a plain Catalog again (with its data in the objects)."""
+    from Acquisition import aq_base
+    from plone.app.testing import SITE_OWNER_NAME, applyProfile
+    from plone.testing import zope
+    from Products.CMFPlone.factory import addPloneSite
+    from Products.GenericSetup.interfaces import IBody
+    from Products.GenericSetup.testing import DummySetupEnviron
+    from Products.ZCatalog.Catalog import Catalog
+    from zope.component.hooks import setSite
+
+    from plone_connector.catalog.indexes import ServiceCatalog
+    from plone_connector.catalog.setuphandlers import uninstall_service_catalog
+
+    site_id = "index-data-install"
+    with zope.zopeApp() as app:
+        addPloneSite(app, site_id, title="Install", extension_ids=("plone.app.contenttypes:default",))
+        site = app[site_id]
+        setSite(site)
+        zope.login(app["acl_users"], SITE_OWNER_NAME)
+        api.content.create(container=site, type="Document", id="doc", title="Doc", subject=("kept",))
+        applyProfile(site, "plone_connector:default")
+        transaction.commit()
+        try:
+            catalog = site.portal_catalog
+            assert type(aq_base(catalog._catalog)) is ServiceCatalog
+            assert catalog._catalog.getIndex("Subject").uniqueValues() == ["kept"]
+            # The ZMI's index list reads every index's counts (DTML, so through security checks).
+            assert "Subject" in catalog.manage_catalogIndexes(catalog, site.REQUEST)
+            # catalog.xml export and import (add-ons' profiles) read and set index properties.
+            environ = DummySetupEnviron()
+            environ._should_purge = False  # as an add-on's profile applies
+            xml = getMultiAdapter((catalog, environ), IBody)
+            assert re.search(rb'<index name="Subject" meta_type="KeywordIndex">\s*<indexed_attr value="Subject"/>',
+                             xml.body)
+            xml.body = (b'<object name="portal_catalog"><index name="doc_ids" meta_type="FieldIndex">'
+                        b'<indexed_attr value="getId"/></index></object>')
+            assert catalog._catalog.getIndex("doc_ids").getIndexSourceNames() == ["getId"]
+            catalog.reindexIndex("doc_ids", site.REQUEST)
+            assert "doc" in catalog._catalog.getIndex("doc_ids").uniqueValues()
+
+            # A site installed at profile version 1 has a plain Catalog until the upgrade step.
+            aq_base(catalog._catalog).__class__ = Catalog
+            setup = site.portal_setup
+            setup.setLastVersionForProfile("plone_connector:default", "1")
+            assert list(site.portal_catalog._catalog.getIndex("Subject").uniqueValues()) == []
+            setup.upgradeProfile("plone_connector:default")
+            assert type(aq_base(site.portal_catalog._catalog)) is ServiceCatalog
+            assert site.portal_catalog._catalog.getIndex("Subject").uniqueValues() == ["kept"]
+            transaction.commit()
+
+            uninstall_service_catalog(site)
+            transaction.commit()
+            catalog = site.portal_catalog
+            assert type(aq_base(catalog._catalog)) is Catalog
+            processQueue()  # ZCatalog's index objects show the rebuild once the queue is processed
+            assert list(catalog._catalog.getIndex("Subject").uniqueValues()) == ["kept"]
+        finally:
+            setSite(None)
+            app.manage_delObjects([site_id])
+            transaction.commit()
