@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 
+from AccessControl import getSecurityManager
 from Products.Five import BrowserView
+from zope.component.hooks import getSite
 
 from .cache import query_cache
 from .verify import verify
+
+logger = logging.getLogger("plone_connector.catalog")
 
 
 def service_stats() -> dict:
@@ -32,13 +37,19 @@ class ServiceUnavailableView(BrowserView):
     def __call__(self):
         self.request.response.setStatus(503)
         self.request.response.setHeader("Retry-After", "30")
-        message = html.escape(str(self.context))
+        logger.warning("catalog service unavailable: %s", self.context)
+        # The reason names the service's address: only site managers see it, everyone else the
+        # plain explanation (the log has it too).
+        site = getSite()
+        detail = ""
+        if site is not None and getSecurityManager().checkPermission("Manage portal", site):
+            detail = f"<p><small>{html.escape(str(self.context))}</small></p>"
         return (
             "<!DOCTYPE html><html><head><title>Search is temporarily unavailable</title></head>"
             "<body><h1>Search is temporarily unavailable</h1>"
             "<p>This site could not reach its catalog service, so this page cannot be shown and "
             "nothing was changed. Please try again in a moment.</p>"
-            f"<p><small>{message}</small></p></body></html>"
+            f"{detail}</body></html>"
         )
 
 

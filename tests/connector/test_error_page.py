@@ -36,7 +36,22 @@ def test_a_query_with_the_service_down_shows_the_503_page(plone_sites, catalog_s
         assert anonymous.headers["Status"].startswith("503")
         assert anonymous.headers["Retry-After"] == "30"
         assert ERROR_PAGE_TITLE in anonymous.contents
-        assert "is not reachable" in anonymous.contents
+        # The reason names the service's internal address: not for anonymous visitors.
+        assert "is not reachable" not in anonymous.contents
+        assert "127.0.0.1" not in anonymous.contents
+
+
+def test_site_managers_see_why_the_service_is_unavailable(plone_sites, catalog_service):
+    with zope.zopeApp() as app:
+        manager = browser(app, "manager")
+        query_cache.clear()
+        catalog_service.stop(kill=True)
+        try:
+            manager.open(f"http://nohost/{CONNECTED}/@@search?SearchableText=outage")
+        finally:
+            catalog_service.start()
+        assert manager.headers["Status"].startswith("503")
+        assert "is not reachable" in manager.contents
 
 
 def test_a_commit_with_the_service_down_shows_the_503_page_and_saves_nothing(plone_sites, catalog_service):
