@@ -144,6 +144,29 @@ class BatchResult(Model):
     lsn: str | None = None
 
 
+class StagedBatch(Model):
+    batch_id: str
+    # Seconds since it was (last) staged, by the service's database clock.
+    age: float
+
+
+class StagedBatches(Model):
+    """Batches of a catalog staged longer ago than asked, oldest first (at most ``limit``)."""
+
+    batches: list[StagedBatch]
+
+
+class BatchResolver(Model):
+    """Who decides the outcome of a batch a crashed client left staged (docs/decisions/0011).
+
+    ``service``: after ``CATALOG_STAGED_BATCH_TTL``, committed if catalog_txn_outcome records it,
+    else aborted. ``client``: the client resolves them (it reads the outcome from ZODB); the
+    service still commits recorded ones, and aborts unrecorded ones only after
+    ``CATALOG_STAGED_BATCH_ABANDON_TTL``."""
+
+    by: Literal["client", "service"]
+
+
 class SearchRequest(Model):
     """A ZCatalog query as Plone sends it, plus the page to return.
 

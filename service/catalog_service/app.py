@@ -38,7 +38,8 @@ async def _resolver(app: FastAPI) -> None:
         await asyncio.sleep(interval)
         try:
             async with app.state.db.acquire() as conn:
-                for catalog, batch_id, outcome in await resolve_expired(conn, settings.staged_batch_ttl):
+                for catalog, batch_id, outcome in await resolve_expired(
+                        conn, settings.staged_batch_ttl, settings.staged_batch_abandon_ttl):
                     RESOLVED.labels(outcome).inc()
                     log.warning("resolved expired batch %s of %s: %s", batch_id, catalog, outcome)
         except Exception:

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     relevance_candidates: int = Field(default=100, ge=1)
     # Staged batches not committed or aborted in this many seconds are resolved (or dropped).
     staged_batch_ttl: float = 900.0
+    # ... except an unrecorded batch of a catalog whose client resolves its batches itself (the
+    # Plone connector, on any storage): aborted only after this many seconds (docs/decisions/0011).
+    staged_batch_abandon_ttl: float = 7 * 86400.0
 
     # Python's cyclic garbage collector in each worker (gc.set_threshold; Python's own default is
     # 700, 10, 10). An index batch holds its parsed entries (about 100 objects each, thousands of

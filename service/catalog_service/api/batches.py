@@ -7,7 +7,7 @@ import asyncio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from catalog_schemas.api import Batch, BatchResult
+from catalog_schemas.api import Batch, BatchResolver, BatchResult, StagedBatch, StagedBatches
 
 from ..indexes.dateindex import DateRecurringIndex
 from ..metrics import BATCH_ENTRIES, BATCHES
@@ -102,3 +102,31 @@ async def commit_batch(name: str, batch_id: str, request: Request):
 @router.post("/{batch_id}/abort", response_model=BatchResult, openapi_extra=HEADERS)
 async def abort_batch(name: str, batch_id: str, request: Request):
     return await _settle(request, name, batch_id, "aborted")
+
+
+# Resolution of batches left staged by crashed clients (docs/decisions/0011): a client that reads
+# the outcome of its transactions itself lists its expired batches and commits or aborts them.
+@router.get("/staged", response_model=StagedBatches, openapi_extra=HEADERS)
+async def list_staged(name: str, request: Request, older_than: float = Query(default=0.0, ge=0.0),
+                      limit: int = Query(default=100, ge=1, le=1000)):
+    """The catalog's batches staged more than ``older_than`` seconds ago, oldest first."""
+    async with request.app.state.db.acquire() as conn:
+        catalog, _ = await _writable(conn, request, name)
+        found = await batches.staged_older_than(conn, catalog, older_than, limit)
+    return StagedBatches(batches=[StagedBatch(batch_id=batch_id, age=age) for batch_id, age in found])
+
+
+@router.get("/resolver", response_model=BatchResolver, openapi_extra=HEADERS)
+async def get_resolver(name: str, request: Request):
+    async with request.app.state.db.acquire() as conn:
+        catalog, _ = await _writable(conn, request, name)
+        return BatchResolver(by=await batches.resolver_of(conn, catalog))
+
+
+@router.put("/resolver", response_model=BatchResolver, openapi_extra=HEADERS)
+async def put_resolver(name: str, resolver: BatchResolver, request: Request):
+    """Declare who resolves the catalog's batches left staged by a crash."""
+    async with request.app.state.db.acquire() as conn:
+        catalog, _ = await _writable(conn, request, name)
+        await batches.declare_resolver(conn, catalog, resolver.by == "client")
+    return resolver

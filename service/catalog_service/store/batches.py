@@ -625,14 +625,21 @@ async def abort(conn: asyncpg.Connection, catalog: Catalog, batch_id: str) -> Ba
     return BatchResult(batch_id=batch_id, state="aborted", applied=0, counter=counter)
 
 
-async def resolve_expired(conn: asyncpg.Connection, ttl_seconds: float) -> list[tuple[str, str, str]]:
+async def resolve_expired(conn: asyncpg.Connection, ttl_seconds: float,
+                          abandon_seconds: float | None = None) -> list[tuple[str, str, str]]:
     """Resolve staged batches older than the ttl from catalog_txn_outcome: commit those whose ZODB
-    transaction committed (the storage recorded the batch id), abort the others."""
+    transaction committed (the storage recorded the batch id), abort the others.
+
+    A catalog whose client resolves its batches itself (``declare_resolver``) has the first word on
+    an unrecorded batch: it is aborted only once older than ``abandon_seconds`` (never if None)."""
     from .catalogs import build
 
     rows = await conn.fetch(
-        "select b.batch_id, b.clear as batch_clear, c.* from catalog_batch b join catalog c on c.id = b.catalog_id "
-        "where b.state = 'staged' and b.created < now() - make_interval(secs => $1)", ttl_seconds)
+        "select b.batch_id, b.clear as batch_clear, "
+        "exists (select 1 from catalog_batch_resolver r where r.catalog_id = b.catalog_id) as client_resolves, "
+        "($2::float8 is not null and b.created < now() - make_interval(secs => $2)) as abandoned, "
+        "c.* from catalog_batch b join catalog c on c.id = b.catalog_id "
+        "where b.state = 'staged' and b.created < now() - make_interval(secs => $1)", ttl_seconds, abandon_seconds)
     outcomes = []
     for row in rows:
         catalog = build(row)
@@ -646,10 +653,35 @@ async def resolve_expired(conn: asyncpg.Connection, ttl_seconds: float) -> list[
             if recorded:
                 await commit(conn, catalog, row["batch_id"])
                 outcomes.append((catalog.name, row["batch_id"], "committed"))
-            else:
+            elif not row["client_resolves"] or row["abandoned"]:
                 await abort(conn, catalog, row["batch_id"])
                 outcomes.append((catalog.name, row["batch_id"], "aborted"))
     return outcomes
+
+
+async def staged_older_than(conn: asyncpg.Connection, catalog: Catalog, seconds: float,
+                            limit: int) -> list[tuple[str, float]]:
+    """The catalog's batches staged more than ``seconds`` ago (by this database's clock), oldest
+    first, with their ages in seconds."""
+    rows = await conn.fetch(
+        "select batch_id, extract(epoch from now() - created)::float8 as age from catalog_batch "
+        "where catalog_id = $1 and state = 'staged' and created < now() - make_interval(secs => $2) "
+        "order by created limit $3", catalog.id, seconds, limit)
+    return [(r["batch_id"], r["age"]) for r in rows]
+
+
+async def declare_resolver(conn: asyncpg.Connection, catalog: Catalog, by_client: bool) -> None:
+    """Record whether the catalog's client resolves its staged batches itself."""
+    if by_client:
+        await conn.execute("insert into catalog_batch_resolver (catalog_id) values ($1) on conflict do nothing",
+                           catalog.id)
+    else:
+        await conn.execute("delete from catalog_batch_resolver where catalog_id = $1", catalog.id)
+
+
+async def resolver_of(conn: asyncpg.Connection, catalog: Catalog) -> str:
+    found = await conn.fetchval("select 1 from catalog_batch_resolver where catalog_id = $1", catalog.id)
+    return "client" if found else "service"
 
 
 def check_batch(batch: Batch) -> None:
