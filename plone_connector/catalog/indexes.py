@@ -14,6 +14,7 @@ properties, the interfaces adapters are looked up by, writes) reaches the index 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from Acquisition import Implicit, aq_base, aq_chain, aq_parent
@@ -35,12 +36,21 @@ def definition(catalog, name: str):
     return base.__dict__["indexes"][name].__of__(catalog)
 
 
+@functools.cache
+def _tool_class():
+    from .tool import ServiceCatalogTool  # here: tool.py imports this module
+
+    return ServiceCatalogTool
+
+
 def service_tool(obj):
     """The ServiceCatalogTool ``obj`` was reached through, or None."""
-    from .tool import ServiceCatalogTool
-
+    tool_class = _tool_class()
+    parent = aq_parent(obj)  # the usual case: obj is the catalog, reached as the tool's _catalog
+    if parent is not None and isinstance(aq_base(parent), tool_class):
+        return parent
     for item in aq_chain(obj):
-        if isinstance(aq_base(item), ServiceCatalogTool):
+        if isinstance(aq_base(item), tool_class):
             return item
     return None
 
