@@ -59,6 +59,9 @@ STORE_BATCH_ROWS = 500
 # Recently written or loaded pickles, by (oid, tid): conflict resolution needs the state a
 # transaction started from, which a history-free table no longer has once it was overwritten.
 RECENT_STATES = 1000
+# Seconds tpc_finish waits for a transaction whose connection broke during COMMIT to end on the
+# server before it ends that transaction's session itself.
+COMMIT_OUTCOME_WAIT = 5.0
 
 _TEMP_TABLE = """
 create temporary table if not exists zodb_temp_store (
@@ -710,6 +713,8 @@ class JsonbStorage(ConflictResolvingStorage):
         self._blob_files: dict[bytes, str] = {}
         self._deletes: set[int] = set()
         self._tid: int | None = None
+        self._xid: str | None = None  # PostgreSQL's id of the voted transaction (xid8 as text)
+        self._backend_pid: int | None = None
         self._batch_ids: list[str] = []
         self._undo_origins: dict[int, int | None] = {}
         self._metadata = (b"", b"", b"")
@@ -990,7 +995,12 @@ class JsonbStorage(ConflictResolvingStorage):
                 "insert into catalog_txn_outcome (batch_id, tid) select unnest(%s::text[]), %s",
                 (self._batch_ids, tid),
             )
-        conn.execute("select pg_notify(%s, %s)", (CHANNEL, str(tid)))
+        # The transaction's id, with the notification's round trip: if the connection breaks
+        # around COMMIT, PostgreSQL tells whether it committed (see _commit_or_verify).
+        self._xid, _ = conn.execute(
+            "select pg_current_xact_id()::text, pg_notify(%s, %s)", (CHANNEL, str(tid))
+        ).fetchone()
+        self._backend_pid = conn.info.backend_pid
         return self._resolved
 
     def _write_history(self, conn: psycopg.Connection, tid: int, written: list[int]) -> None:
@@ -1117,21 +1127,50 @@ class JsonbStorage(ConflictResolvingStorage):
         except psycopg.OperationalError as error:
             self._drop_store_conn()
             lost = error
-        # The connection broke around COMMIT: PostgreSQL either committed all of it or none.
-        # Ask which; our tid is on every row we wrote and on nothing else.
+        # The connection broke around COMMIT: the server committed all of it or nothing. Its
+        # transaction status says which. (Rows carrying our tid prove nothing: in history-free
+        # mode a later commit may have overwritten them, and a deleting transaction has none.)
         try:
-            with self._connect() as conn:
-                committed = conn.execute(
-                    "select exists (select 1 from zodb_object_state where tid = %s)"
-                    " or exists (select 1 from catalog_txn_outcome where tid = %s)",
-                    (self._tid, self._tid),
-                ).fetchone()[0]
-        except psycopg.OperationalError as error:
+            status = self._voted_transaction_status()
+        except psycopg.Error as error:
             raise ZODB.POSException.StorageError(
                 f"database connection lost at commit and the outcome is unknown: {error}"
             ) from lost
-        if not committed:
+        if status == "committed":
+            return
+        if status == "aborted":
             raise DisconnectedError(f"database connection lost before commit: {lost}") from lost
+        # Still in progress after its session was told to end, or too old to be known (None).
+        raise ZODB.POSException.StorageError(
+            f"database connection lost at commit and the outcome is unknown (status {status}): {lost}"
+        ) from lost
+
+    def _voted_transaction_status(self) -> str | None:
+        """``pg_xact_status`` of the voted transaction, asked on a new connection.
+
+        "in progress" means its session has not finished the COMMIT yet, or has not noticed
+        that the client is gone: wait a little, then end that session, after which PostgreSQL
+        has either committed or rolled the transaction back and the answer is final.
+        """
+        query = "select pg_xact_status(%s::xid8)"
+        deadline = time.monotonic() + COMMIT_OUTCOME_WAIT
+        delay = 0.01
+        with self._connect() as conn:
+            while True:
+                (status,) = conn.execute(query, (self._xid,)).fetchone()
+                if status != "in progress" or time.monotonic() >= deadline:
+                    break
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+            if status == "in progress":
+                # Only the session still running our transaction (a pid alone may be reused).
+                conn.execute(
+                    "select pg_terminate_backend(pid, %s) from pg_stat_activity"
+                    " where pid = %s and backend_xid = %s::xid8::xid",
+                    (int(COMMIT_OUTCOME_WAIT * 1000), self._backend_pid, self._xid),
+                )
+                (status,) = conn.execute(query, (self._xid,)).fetchone()
+        return status
 
     def _cache_blob_file(self, oid: bytes, tid: bytes, filename: str) -> None:
         fshelper = self._shared.fshelper

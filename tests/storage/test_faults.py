@@ -14,13 +14,16 @@ import psycopg
 import pytest
 import transaction
 import ZODB
+from BTrees.Length import Length
 from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import POSKeyError
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.utils import p64, u64
 
 from plone_connector.storage import JsonbStorage
+from plone_connector.storage import storage as storage_module
 from plone_connector.storage.storage import DisconnectedError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,3 +199,155 @@ def test_postgresql_restart_mid_transaction(private_server):
         conn.close()
     finally:
         db.close()
+
+
+class LosesCommit(psycopg.Connection):
+    """A real connection that, once armed, breaks at its next COMMIT the way networks and
+    servers do: after the server committed (the answer is lost), before the COMMIT arrived, or
+    while the server is still working on it."""
+
+    plan: tuple | None = None  # (how, dsn, extra) for the next COMMIT of any such connection
+
+    def execute(self, query, *args, **kwargs):
+        if query != "commit" or LosesCommit.plan is None:
+            return super().execute(query, *args, **kwargs)
+        (how, dsn, extra), LosesCommit.plan = LosesCommit.plan, None
+        if how == "after":
+            super().execute("commit")
+            extra()  # what happens between the commit and the storage's question
+            terminate(dsn, self.info.backend_pid)
+        elif how == "before":
+            terminate(dsn, self.info.backend_pid)
+        else:  # "slow": the server is still busy with the COMMIT when the client gives up
+            self.pgconn.send_query(f"select pg_sleep({extra}); commit".encode())
+            self.close()
+        super().execute("select 1")  # the connection is gone: raises OperationalError
+        raise AssertionError("the connection survived")
+
+
+@pytest.fixture
+def lose_commit(monkeypatch):
+    """``lose_commit(dsn, how, extra)`` arms the next COMMIT of the storage's connections."""
+    monkeypatch.setattr(
+        JsonbStorage, "_connect", lambda self: LosesCommit.connect(self._shared.dsn, autocommit=True)
+    )
+
+    def arm(dsn, how, extra=None):
+        LosesCommit.plan = (how, dsn, extra)
+
+    yield arm
+    LosesCommit.plan = None
+
+
+def _attempts(tm, change) -> int:
+    """Run ``change`` in a transaction retried as Zope retries it; return how many attempts ran."""
+    count = 0
+    for attempt in tm.attempts():
+        with attempt:
+            count += 1
+            change()
+    return count
+
+
+def test_lost_commit_answer_after_the_rows_were_overwritten_is_a_commit(storage, storage_dsn, lose_commit):
+    # History-free: once our COMMIT released the lock, another writer replaced the only row
+    # carrying our tid. The commit happened; a retry would apply the change twice.
+    db, other_db = ZODB.DB(storage), ZODB.DB(JsonbStorage(storage_dsn))
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        conn.root()["counter"] = Length(0)
+        tm.commit()
+
+        def overwrite():
+            with other_db.transaction() as other:
+                other.root()["counter"].change(10)
+
+        lose_commit(storage_dsn, "after", overwrite)
+        assert _attempts(tm, lambda: conn.root()["counter"].change(1)) == 1
+        tm.begin()
+        assert conn.root()["counter"]() == 11
+        conn.close()
+    finally:
+        db.close()
+        other_db.close()
+
+
+@pytest.fixture
+def hp_storage(hp_storage_dsn):
+    storage = JsonbStorage(hp_storage_dsn, history_preserving=True)
+    storage.cleanup()
+    yield storage
+    storage.close()
+
+
+@pytest.mark.parametrize("mode", ["history_free_restore", "history_preserving_undo"])
+def test_lost_commit_answer_of_a_transaction_that_only_deletes_is_a_commit(
+    request, storage_dsn, hp_storage_dsn, lose_commit, mode
+):
+    # A deleting transaction leaves no row with its tid in zodb_object_state: in history-free
+    # mode a restore of an undone creation (zodbconvert), in history-preserving mode an undo.
+    storage = request.getfixturevalue("storage" if mode == "history_free_restore" else "hp_storage")
+    t, (oid,) = _begin_store(storage, count=1)
+    storage.tpc_vote(t)
+    created = storage.tpc_finish(t)
+    lose_commit(storage._shared.dsn, "after", lambda: None)
+    if mode == "history_free_restore":
+        tid = p64(u64(created) + 1)
+        t = TransactionMetaData()
+        storage.tpc_begin(t, tid)
+        storage.restore(oid, tid, None, "", None, t)
+    else:
+        t = TransactionMetaData()
+        storage.tpc_begin(t)
+        storage.undo(created, t)
+    storage.tpc_vote(t)
+    tid = storage.tpc_finish(t)
+    assert LosesCommit.plan is None  # the armed COMMIT did lose its answer
+    with pytest.raises(POSKeyError):
+        storage.load(oid)
+    with psycopg.connect(storage._shared.dsn) as pg:
+        (current,) = pg.execute("select tid from zodb_commit").fetchone()
+    assert p64(current) == tid
+
+
+def test_connection_lost_before_commit_is_transient_and_the_retry_commits_once(storage, storage_dsn, lose_commit):
+    db = ZODB.DB(storage)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        conn.root()["counter"] = Length(0)
+        tm.commit()
+        lose_commit(storage_dsn, "before")
+        assert _attempts(tm, lambda: conn.root()["counter"].change(1)) == 2
+        tm.begin()
+        assert conn.root()["counter"]() == 1
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_lost_commit_still_running_on_the_server_is_waited_for(storage, storage_dsn, lose_commit):
+    lose_commit(storage_dsn, "slow", 1)
+    t, oids = _begin_store(storage)
+    storage.tpc_vote(t)
+    tid = storage.tpc_finish(t)
+    assert LosesCommit.plan is None
+    assert [storage.load(oid)[1] for oid in oids] == [tid] * 3
+
+
+def test_lost_commit_running_too_long_is_ended_and_reported_transient(storage, storage_dsn, lose_commit, monkeypatch):
+    monkeypatch.setattr(storage_module, "COMMIT_OUTCOME_WAIT", 0.3)
+    lose_commit(storage_dsn, "slow", 60)
+    t, oids = _begin_store(storage)
+    storage.tpc_vote(t)
+    started = time.monotonic()
+    with pytest.raises(DisconnectedError):
+        storage.tpc_finish(t)
+    assert time.monotonic() - started < 5  # the sleeping session was ended, not waited for
+    assert _objects(storage) == 0
+    # Its commit lock went with it: the next commit goes through.
+    t, oids = _begin_store(storage)
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+    assert _objects(storage) == 3
