@@ -184,6 +184,55 @@ def test_conflicts_resolve_across_processes_for_length_and_buckets(storage, othe
         db2.close()
 
 
+def _bucket_holding(tree, key):
+    bucket = tree._firstbucket
+    while bucket.maxKey() < key:
+        bucket = bucket._next
+    return bucket
+
+
+def test_conflicts_resolve_in_a_bucket_of_a_split_tree(storage, other_process):
+    # Several hundred keys: the tree has split, each bucket is a record of its own, and two
+    # processes insert different keys into the same bucket.
+    db1, db2 = ZODB.DB(storage), ZODB.DB(other_process())
+    try:
+        tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+        c1 = db1.open(tm1)
+        c1.root()["tree"] = OOBTree({f"k{i:04d}": i for i in range(0, 600, 2)})
+        tm1.commit()
+        tree1 = c1.root()["tree"]
+        bucket1 = _bucket_holding(tree1, "k0300")
+        keys = list(bucket1.keys())
+        assert bucket1._p_oid not in (None, tree1._p_oid) and bucket1 is not tree1._firstbucket
+        # Odd numbers: new keys, between two of the bucket's keys.
+        first, second = (f"k{int(keys[n][1:]) + 1:04d}" for n in (3, -4))
+        c2 = db2.open(tm2)
+        tree2 = c2.root()["tree"]
+        assert len(tree2) == 300  # loads every bucket, in an earlier transaction than the write
+        tm2.commit()
+        tm2.begin()
+        bucket2 = _bucket_holding(tree2, "k0300")
+        created = bucket2._p_serial
+        assert bucket2._p_changed is False  # in the cache, not loaded by this transaction
+        tree2[second] = "from c2"
+        tree1[first] = "from c1"
+        tm1.commit()
+        assert bucket1._p_serial != created
+        tm2.commit()  # the bucket conflicts with c1's commit; resolved, not raised
+        assert bucket2._p_changed is None  # ZODB turns a resolved object into a ghost
+        for tm, tree in ((tm1, tree1), (tm2, tree2)):
+            tm.begin()
+            assert (tree[first], tree[second]) == ("from c1", "from c2")
+            assert _bucket_holding(tree, first) is _bucket_holding(tree, second)
+            assert len(tree) == 302
+            tree._check()
+        c1.close()
+        c2.close()
+    finally:
+        db1.close()
+        db2.close()
+
+
 def test_catalog_batch_ids_recorded_with_the_commit(storage):
     db = ZODB.DB(storage)
     try:
