@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import psycopg
 
+from plone_connector.storage import jsonstate
+
 # Arbitrary but fixed: the advisory lock key of this storage's migrations ("zodb" in ASCII).
 MIGRATION_LOCK = 0x7A6F6462
 
@@ -89,6 +91,16 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "create index zodb_object_history_tid on zodb_object_history (tid)",
         ],
     ),
+    (
+        3,
+        "JSON state format version written",
+        [
+            # The newest state format version (jsonstate.FORMAT_VERSION) of the code that opened
+            # the database for writing. Every database before this column was written in
+            # version 1, the only one there was.
+            "alter table zodb_commit add column state_format integer not null default 1",
+        ],
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -98,8 +110,25 @@ class SchemaError(Exception):
     """The database holds a storage schema this code cannot use."""
 
 
-def migrate(conn: psycopg.Connection, history_preserving: bool) -> int:
-    """Bring the schema to the latest version; return the version. Safe to run concurrently."""
+class StateFormatError(SchemaError):
+    """The database holds object states in a JSON format version newer than this code reads."""
+
+
+def check_state_format(written: int) -> None:
+    """Refuse a database whose states may be in a format this code would misread."""
+    if written > jsonstate.FORMAT_VERSION:
+        raise StateFormatError(
+            f"database holds states in JSON format version {written}; this code reads versions up"
+            f" to {jsonstate.FORMAT_VERSION} (upgrade plone_connector.storage)"
+        )
+
+
+def migrate(conn: psycopg.Connection, history_preserving: bool, *, read_only: bool = False) -> int:
+    """Bring the schema to the latest version; return the version. Safe to run concurrently.
+
+    Also checks the state format version recorded in the database and, unless ``read_only``,
+    raises it to this code's, so older code refuses a database it could misread.
+    """
     with conn.transaction():
         conn.execute("select pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
         conn.execute(
@@ -132,4 +161,8 @@ def migrate(conn: psycopg.Connection, history_preserving: bool) -> int:
                 f"database was created with history_preserving={stored_mode}, "
                 f"opened with history_preserving={history_preserving}"
             )
+        (written,) = conn.execute("select state_format from zodb_commit").fetchone()
+        check_state_format(written)
+        if written < jsonstate.FORMAT_VERSION and not read_only:
+            conn.execute("update zodb_commit set state_format = %s", (jsonstate.FORMAT_VERSION,))
     return LATEST

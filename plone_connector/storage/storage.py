@@ -49,7 +49,7 @@ from zope.interface import implementer
 from plone_connector.storage import jsonstate
 from plone_connector.storage.cache import Pending, StateCache
 from plone_connector.storage.listener import CHANNEL, InvalidationListener
-from plone_connector.storage.schema import migrate
+from plone_connector.storage.schema import check_state_format, migrate
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ create temporary table if not exists zodb_temp_store (
 
 # Every change after {since}, own commits included (the process cache needs them all).
 _POLL = (
-    "select c.tid, c.gc_tid, x.zoids, x.tids from zodb_commit c,"
+    "select c.tid, c.gc_tid, x.zoids, x.tids, c.state_format from zodb_commit c,"
     " (select array_agg(zoid) as zoids, array_agg(tid) as tids from {table} where tid > {since}) x"
 )
 
@@ -212,7 +212,7 @@ class JsonbStorage(ConflictResolvingStorage):
     ):
         if _shared is None:
             with psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout) as conn:
-                migrate(conn, history_preserving)
+                migrate(conn, history_preserving, read_only=read_only)
             temporary = blob_dir is None
             if temporary:
                 blob_dir = tempfile.mkdtemp(prefix="jsonb-blobs-")
@@ -352,7 +352,7 @@ class JsonbStorage(ConflictResolvingStorage):
         """Start a new snapshot; return (oids, tids) changed after ``since``, and gc_tid."""
         conn = self._load()
         if since is None:
-            select = "select tid, gc_tid, null::bigint[], null::bigint[] from zodb_commit"
+            select = "select tid, gc_tid, null::bigint[], null::bigint[], state_format from zodb_commit"
         else:
             # Integers formatted by us, never input: one simple-protocol round trip does
             # rollback, begin and poll together (the protocol takes no parameters). History-
@@ -361,16 +361,19 @@ class JsonbStorage(ConflictResolvingStorage):
             select = _POLL.format(since=int(since), table=table)
         query = "rollback; begin isolation level repeatable read read only; " + select
         try:
-            tid, gc_tid, zoids, tids = _last_result(conn.execute(query)).fetchone()
+            tid, gc_tid, zoids, tids, state_format = _last_result(conn.execute(query)).fetchone()
         except psycopg.OperationalError:
             # A new snapshot is starting anyway, so a broken connection (server restart,
             # terminated backend) can be replaced here without losing anything.
             self._drop_load_conn()
             try:
-                tid, gc_tid, zoids, tids = _last_result(self._load().execute(query)).fetchone()
+                tid, gc_tid, zoids, tids, state_format = _last_result(self._load().execute(query)).fetchone()
             except psycopg.OperationalError as error:
                 self._drop_load_conn()
                 raise DisconnectedError(f"cannot reach the database: {error}") from error
+        # Newer code may have opened the database since this process did: its states would be
+        # misread from now on.
+        check_state_format(state_format)
         self._snapshot_tid = tid
         if self._first_tid is None:
             self._first_tid = tid

@@ -21,7 +21,7 @@ from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.utils import u64
 
 from plone_connector.storage import JsonbStorage, jsonstate
-from plone_connector.storage.schema import LATEST, SchemaError, migrate
+from plone_connector.storage.schema import LATEST, SchemaError, StateFormatError, migrate
 
 
 @pytest.fixture
@@ -343,6 +343,35 @@ def test_migration_is_safe_when_processes_race(fresh_dsn):
         assert versions == list(range(1, LATEST + 1))
         with pytest.raises(SchemaError):
             migrate(conn, history_preserving=True)
+
+
+def _state_format(dsn):
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("select state_format from zodb_commit").fetchone()[0]
+
+
+def test_state_format_version_is_recorded_and_a_newer_one_refused(fresh_dsn, monkeypatch):
+    version = jsonstate.FORMAT_VERSION
+    running = JsonbStorage(fresh_dsn)
+    try:
+        running.poll_invalidations()
+        assert _state_format(fresh_dsn) == version
+        with monkeypatch.context() as newer:
+            newer.setattr(jsonstate, "FORMAT_VERSION", version + 1)
+            JsonbStorage(fresh_dsn, read_only=True).close()  # a newer reader writes nothing
+            assert _state_format(fresh_dsn) == version
+            JsonbStorage(fresh_dsn).close()  # a newer writer records its version
+        assert _state_format(fresh_dsn) == version + 1
+        # This code could misread what the newer code writes: refused on open, and by a storage
+        # that was open already at its next snapshot.
+        for read_only in (False, True):
+            with pytest.raises(StateFormatError, match=f"format version {version + 1};"):
+                JsonbStorage(fresh_dsn, read_only=read_only)
+        running.sync()
+        with pytest.raises(StateFormatError):
+            running.poll_invalidations()
+    finally:
+        running.close()
 
 
 def test_process_cache_never_serves_a_revision_the_snapshot_does_not_have(storage, other_process):
