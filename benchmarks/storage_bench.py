@@ -9,7 +9,7 @@ a thread for FileStorage, which one process must own) times, in objects per seco
 - update:    change all N and commit;
 - cold read: load all N into an empty ZODB cache of a freshly opened storage;
 - warm read: load them again after ``cacheMinimize()`` (ZODB cache empty, storage caches warm:
-             RelStorage's local cache helps here; JsonbStorage has none).
+             RelStorage's local cache and JsonbStorage's process cache, storage/cache.py).
 
 The per-worker rates are summed (the throughput of all workers together) and the best of
 ``--repeat`` runs is kept. Pack time: 20k objects, half unreachable, garbage-collected.
