@@ -126,6 +126,11 @@ class CatalogBrain(Implicit):
         return parent.restrictedTraverse(path[-1])
 
     def getRID(self):
+        # A rid asked of a brain usually goes to getpath or getIndexDataForRID next, which the
+        # service cannot answer by rid: the tool keeps the pair for this transaction.
+        parent = aq_parent(self)
+        if getattr(aq_base(parent), "_remember_rid", None) is not None:
+            parent._remember_rid(self._record.rid, self._record.path)
         return self._record.rid
 
 

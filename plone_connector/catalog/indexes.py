@@ -92,6 +92,17 @@ class ServiceCatalog(Catalog):
     def getIndex(self, name):
         return service_index(definition(self, name), service_tool(self))
 
+    def __getitem__(self, index):
+        """The brain of a rid (or of a (score, normalized score, rid) tuple), as Catalog's."""
+        tool = service_tool(self)
+        if tool is None:
+            return Catalog.__getitem__(self, index)
+        rid = index[2] if isinstance(index, tuple) else index
+        brain = tool._brain_for_path(tool.getpath(rid))
+        if brain is None:
+            raise KeyError(rid)
+        return brain
+
 
 class IndexMap(Implicit):
     """``_catalog.indexes``: the stored mapping of index objects, read as proxies."""

@@ -532,6 +532,9 @@ class ServiceCatalogTool(CatalogTool):
             query_cache.put(key, found)
         return found
 
+    def _remember_rid(self, rid: int, path: str) -> None:
+        _rid_paths(self.catalog_id())[rid] = path
+
     def _rids_for(self, query: dict) -> list[int]:
         """The rids an unrestricted query matches; their paths are kept for getpath."""
         paths = _rid_paths(self.catalog_id())
@@ -560,6 +563,7 @@ class ServiceCatalogTool(CatalogTool):
         results = self.unrestrictedSearchResults(path={"query": path, "depth": 0})
         for brain in results:
             if brain.getPath() == path:
+                brain.getRID()  # remembers the pair for getpath
                 return brain
         return None
 

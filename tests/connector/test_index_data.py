@@ -18,7 +18,8 @@ from Products.CMFCore.indexing import processQueue
 from zope.component import getMultiAdapter, getUtility
 from zope.schema.interfaces import IVocabularyFactory
 
-from tests.connector.sites import SITES, STOCK, delete_from, on_site
+from plone_connector.catalog.client import get_client
+from tests.connector.sites import CONNECTED, SITES, STOCK, delete_from, on_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
 
@@ -61,6 +62,11 @@ def index_reads(site) -> dict:
     found["uuid path"] = uuidToPhysicalPath(api.content.get_uuid(doc))[len(site_path):]
     found["uuid object"] = uuidToObject(api.content.get_uuid(doc)).getId()
     found["unknown uuid"] = (uuidToPhysicalPath("no-such-uuid"), uuidToPhysicalPath(None))
+    # plone.app.event reads an event's occurrences with getIndexDataForRID(brain.getRID()).
+    brain = catalog.unrestrictedSearchResults(path={"query": site_path + f"/{ROOT}/tagged", "depth": 0})[0]
+    data = catalog.getIndexDataForRID(brain.getRID())
+    found["index data"] = (data["portal_type"], sorted(data["Subject"]))
+    found["catalog[rid]"] = catalog._catalog[brain.getRID()].getPath()[len(site_path):]
     return found
 
 
@@ -119,16 +125,31 @@ def test_index_data_reads_match_zcatalog(index_content):
         with on_site(name, commit=False) as site:
             pending_changes(site)
             pending[name] = index_reads(site)
-    stock, connected = committed[STOCK], committed[SITES[1]]
+    stock, connected = committed[STOCK], committed[CONNECTED]
     assert_same(stock, connected, "committed")
     # What the test's content must show, so a comparison of two empty answers cannot pass.
     assert {"red", "Ärger", "apple", "zebra"} <= set(stock["Keywords"])
     assert ("News Item", 1) in stock["portal_type"]["withLengths"]
     assert "editor" in stock["Creator"]["getIndex"]
     assert stock["uuid path"] == f"/{ROOT}/tagged"
-    assert_same(pending[STOCK], pending[SITES[1]], "pending changes")
+    assert_same(pending[STOCK], pending[CONNECTED], "pending changes")
+    assert stock["index data"] == ("Document", ["apple", "red", "Ärger"])
     assert "pending" in pending[STOCK]["Keywords"] and "zebra" not in pending[STOCK]["Keywords"]
     assert "Link" in pending[STOCK]["search types"] or "Link" in pending[STOCK]["portal_type"]["getIndex"]
+
+
+def test_index_data_of_a_brain_costs_one_request(index_content):
+    """getpath of a rid a brain gave needs no walk over the catalog (one request per event in
+    plone.app.event's listings would otherwise be one per hundred catalog entries)."""
+    client = get_client()
+    with on_site(CONNECTED, commit=False) as site:
+        catalog = site.portal_catalog
+        brains = catalog.unrestrictedSearchResults(portal_type="Document", path="/".join(site.getPhysicalPath()))
+        rid = brains[0].getRID()
+        before = client.requests_sent
+        assert catalog.getpath(rid) == brains[0].getPath()
+        assert catalog.getIndexDataForRID(rid)["portal_type"] == "Document"
+        assert client.requests_sent - before == 1  # the entry's data; no page of brains
 
 
 def test_install_upgrade_and_uninstall_set_the_catalog_class(plone_sites):
