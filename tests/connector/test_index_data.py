@@ -16,6 +16,7 @@ from plone.app.uuid.utils import uuidToObject, uuidToPhysicalPath
 from plone.registry.interfaces import IRegistry
 from Products.CMFCore.indexing import processQueue
 from zope.component import getMultiAdapter, getUtility
+from zope.interface import providedBy
 from zope.schema.interfaces import IVocabularyFactory
 
 from plone_connector.catalog.client import get_client
@@ -44,6 +45,10 @@ def index_reads(site) -> dict:
             "numObjects": index.numObjects(),
             "indexSize": index.indexSize(),
             "other name": list(index.uniqueValues(name="other")),
+            # What code that introspects index objects reads (restapi looks adapters up by them).
+            "definition": (index.meta_type, index.getId(), list(index.getIndexSourceNames()),
+                           list(index.getIndexQueryNames()), list(index.query_options),
+                           index.__class__.__name__, sorted(i.__identifier__ for i in providedBy(index))),
         }
     keywords = getUtility(IVocabularyFactory, "plone.app.vocabularies.Keywords")
     found["Keywords"] = [term.value for term in keywords(site)]
