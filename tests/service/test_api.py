@@ -524,6 +524,8 @@ def test_unique_values_with_lengths_and_staged_batches(admin, catalog):
     # Only the batch's own transaction sees it.
     assert admin.get(f"/catalogs/{name}/unique/Subject").json()["values"] == ["a", "b"]
     assert admin.get(f"/catalogs/{name}/unique/Subject").json()["lengths"] is None
+    too_many = [("batch_id", f"b{i}") for i in range(17)]
+    assert admin.get(f"/catalogs/{name}/unique/Subject", params=too_many).status_code == 422
 
 
 def test_search_get_forms(live_service, admin, catalog):
