@@ -32,6 +32,7 @@ from catalog_schemas.api import (
     SchemaUpdate,
     SearchRequest,
     SearchResult,
+    StagedBatches,
     UniqueValues,
 )
 
@@ -215,6 +216,16 @@ class CatalogClient:
 
     def abort_batch(self, catalog_id: str, batch_id: str) -> None:
         self._send("POST", self._catalog_path(catalog_id, "batches", batch_id, "abort"))
+
+    def staged_batches(self, catalog_id: str, older_than: float, limit: int = 100) -> list[str]:
+        """Ids of the catalog's batches staged more than ``older_than`` seconds ago, oldest first."""
+        data = self._send("GET", self._catalog_path(catalog_id, "batches", "staged"),
+                          params={"older_than": older_than, "limit": limit})
+        return [batch.batch_id for batch in StagedBatches.model_validate(data).batches]
+
+    def declare_resolver(self, catalog_id: str, by: str = "client") -> None:
+        """Tell the service who resolves the catalog's batches a crash left staged."""
+        self._send("PUT", self._catalog_path(catalog_id, "batches", "resolver"), body={"by": by})
 
     # -- queries ----------------------------------------------------------------------------
 

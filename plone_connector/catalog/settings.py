@@ -20,6 +20,10 @@ class ConnectorSettings:
     # Rows per page of a lazy result; slicing past it fetches the next page.
     page_size: int = 100
     cache_size: int = 2000
+    # Batches a crashed process left staged (outcomes.py): resolved once staged this many seconds,
+    # looked for at most this often per process (0: never; the service then aborts them).
+    resolve_after: float = 900.0
+    resolve_interval: float = 60.0
 
     @classmethod
     def from_environ(cls, environ=None) -> ConnectorSettings:
@@ -33,4 +37,6 @@ class ConnectorSettings:
             pool_size=int(env.get("CATALOG_SERVICE_POOL_SIZE", "20")),
             page_size=int(env.get("CATALOG_SERVICE_PAGE_SIZE", "100")),
             cache_size=int(env.get("CATALOG_SERVICE_CACHE_SIZE", "2000")),
+            resolve_after=float(env.get("CATALOG_SERVICE_RESOLVE_AFTER", "900")),
+            resolve_interval=float(env.get("CATALOG_SERVICE_RESOLVE_INTERVAL", "60")),
         )

@@ -35,7 +35,7 @@ from ZPublisher import zpublish
 
 from catalog_schemas.api import SchemaUpdate, SearchRequest
 
-from . import ordering, wire
+from . import ordering, outcomes, wire
 from .batch import current_manager, retry_unfinished
 from .brains import BrainRecord, CatalogBrain, LazyResults
 from .cache import query_cache
@@ -122,7 +122,12 @@ class ServiceCatalogTool(CatalogTool):
         return int.from_bytes(last, "big") if last else 0
 
     def _manager(self, create: bool):
-        return current_manager(self._client(), self.catalog_id(), self._snapshot_version, create)
+        manager = current_manager(self._client(), self.catalog_id(), self._snapshot_version, create)
+        if create:
+            # ZODB records each batch id, so batches a crashed process left staged are resolved.
+            outcomes.watch(self)
+            outcomes.record(self, manager)
+        return manager
 
     def _changing(self):
         """The transaction's batch manager; bumps the counter and marks the batch beside it."""
@@ -316,6 +321,7 @@ class ServiceCatalogTool(CatalogTool):
     def _own_batches(self, client) -> list[str]:
         """The staged batch of this transaction, for a read that must see its pending changes."""
         retry_unfinished(client)
+        outcomes.watch(self)
         ordering.flush()
         manager = self._manager(create=False)
         if manager is not None and manager.batch:

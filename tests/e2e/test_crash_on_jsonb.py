@@ -7,10 +7,12 @@ opens its own database and HTTP connections); a patched method kills it at the c
   data manager finishes last): the storage recorded the batch id in ``catalog_txn_outcome``, so
   the service's resolver must commit the batch;
 - after both voted, before the storage committed: ZODB has nothing of the transaction and
-  nothing recorded it, so the resolver must discard the staged batch.
+  nothing recorded it. The connector declared that it resolves this catalog's batches itself, so
+  the service's resolver leaves the batch staged, and the connector's (which finds no record of it
+  in ZODB) must discard it.
 
-The resolver runs either directly (``resolve_expired`` with ttl 0) or as the service's own
-background task (a second service on the same database with a 2 s ttl). Afterwards the
+The service's resolver runs either directly (``resolve_expired`` with ttl 0) or as the service's
+own background task (a second service on the same database with a 2 s ttl). Afterwards the
 connector's ``verify`` must find the catalog equal to ZODB.
 """
 
@@ -27,6 +29,7 @@ import transaction
 from plone import api
 
 from plone_connector.catalog.batch import BatchDataManager
+from plone_connector.catalog.outcomes import resolve_expired as resolve_in_plone
 from plone_connector.catalog.verify import verify
 from plone_connector.storage import JsonbStorage
 from tests.connector.service import ServiceProcess
@@ -176,13 +179,44 @@ def test_killed_after_the_storage_committed(baseline, database_url, resolver):
     assert_no_new_drift(baseline)
 
 
-@pytest.mark.parametrize("resolver", sorted(RESOLVERS))
+def service_pass_directly(dsn: str, batch_id: str) -> None:
+    outcomes = asyncio.run(_resolve_now(dsn))
+    assert batch_id not in {resolved for _, resolved, _ in outcomes}
+
+
+def service_pass_by_the_service(dsn: str, batch_id: str) -> None:
+    saved = os.environ.get("CATALOG_STAGED_BATCH_TTL")
+    os.environ["CATALOG_STAGED_BATCH_TTL"] = "2"
+    service = ServiceProcess(dsn)
+    try:
+        service.start()
+    finally:
+        if saved is None:
+            del os.environ["CATALOG_STAGED_BATCH_TTL"]
+        else:
+            os.environ["CATALOG_STAGED_BATCH_TTL"] = saved
+    try:
+        time.sleep(4)  # two passes of its resolver at least (every ttl / 4, at least 1 s)
+    finally:
+        service.stop()
+
+
+SERVICE_PASSES = {"resolve_expired": service_pass_directly, "service resolver": service_pass_by_the_service}
+
+
+@pytest.mark.parametrize("resolver", sorted(SERVICE_PASSES))
 def test_killed_before_the_storage_committed(baseline, database_url, resolver):
     obj_id = f"lost-{resolver.replace(' ', '-')}"
     batch_id = killed_commit(database_url, obj_id, BEFORE_STORAGE_COMMIT)
     assert batch_state(database_url, batch_id) == ("staged", False)
 
-    RESOLVERS[resolver](database_url, batch_id)
+    # Nothing recorded it, and the connector declared that it resolves this catalog's batches
+    # itself (docs/decisions/0011): the service leaves it staged ...
+    SERVICE_PASSES[resolver](database_url, batch_id)
+    assert batch_state(database_url, batch_id) == ("staged", False)
+    # ... and the connector aborts it: ZODB has no record of it.
+    with on_site(CONNECTED, commit=False) as site:
+        assert (batch_id, "aborted") in resolve_in_plone(site.portal_catalog, older_than=0)
 
     assert batch_state(database_url, batch_id) == ("aborted", False)
     assert unrestricted_paths(obj_id) == []
