@@ -45,20 +45,23 @@ def seed(storage: JsonbStorage, source) -> int:
     """Copy every object reachable from the root of ``source`` into ``storage``, in one transaction
     with the source's last tid; return how many were copied."""
     txn = TransactionMetaData(description="seeded from the Plone test fixture")
-    storage.tpc_begin(txn, source.lastTransaction())
+    tid = source.lastTransaction()
+    storage.tpc_begin(txn, tid)
     try:
         seen, todo = {z64}, [z64]
         while todo:
             oid = todo.pop()
             data, serial = source.load(oid, "")
+            # Every record gets the transaction's tid as its serial, as a commit gives it:
+            # FileStorage would keep an older source serial inside this newer transaction.
             if ZODB.blob.is_blob_record(data):
                 # restoreBlob takes ownership of the file it is given.
                 fd, own_copy = tempfile.mkstemp(dir=storage.temporaryDirectory())
                 os.close(fd)
                 shutil.copyfile(source.loadBlob(oid, serial), own_copy)
-                storage.restoreBlob(oid, serial, data, own_copy, None, txn)
+                storage.restoreBlob(oid, tid, data, own_copy, None, txn)
             else:
-                storage.restore(oid, serial, data, "", None, txn)
+                storage.restore(oid, tid, data, "", None, txn)
             for ref in referencesf(data):
                 if ref not in seen:
                     seen.add(ref)

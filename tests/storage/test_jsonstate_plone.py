@@ -101,12 +101,20 @@ def reachable_records(storage) -> dict[bytes, bytes]:
 
 
 @contextlib.contextmanager
-def plone_site():
+def plone_site(storage=None, more=None):
     """A Plone site with content, in a plone.app.testing layer's DemoStorage (dropped afterwards).
 
-    Also used by benchmarks/jsonstate_bench.py.
+    ``storage``: a function returning an empty storage to hold the site instead (it gets the
+    Plone fixture's objects in one transaction, then the site's set-up and content as the
+    transactions Plone commits, and is closed on exit). ``more(portal)``, if given, adds content
+    in transactions of its own after the common content.
+
+    Also used by benchmarks/jsonstate_bench.py and test_convert_plone.py.
     """
+    from unittest import mock
+
     import transaction
+    import ZODB
     from plone.app.testing import (
         PLONE_FIXTURE,
         PLONE_SITE_ID,
@@ -115,6 +123,7 @@ def plone_site():
         applyProfile,
         login,
     )
+    from plone.testing import zodb
     from plone.testing import zope as zope_testing
     from zope.component.hooks import setSite
 
@@ -132,18 +141,33 @@ def plone_site():
             portal.portal_workflow.setDefaultChain("simple_publication_workflow")
 
     content_layer = ContentTypesLayer(name="JsonStateContentTypes")
+    stack_demo_storage = zodb.stackDemoStorage
+
+    def stacked(base_db, name=None):
+        if storage is None or name != content_layer.__name__:
+            return stack_demo_storage(base_db, name)
+        from tests.e2e.jsonb_layer import seed
+
+        target = storage()
+        seed(target, base_db.storage)
+        return ZODB.DB(target)
+
     layers = _layer_order(content_layer)
     done = []
     try:
-        for layer in layers:
-            layer.setUp()
-            done.append(layer)
+        with mock.patch.object(zodb, "stackDemoStorage", stacked):
+            for layer in layers:
+                layer.setUp()
+                done.append(layer)
         db = content_layer["zodbDB"]
         with zope_testing.zopeApp(db=db) as app:
             portal = app[PLONE_SITE_ID]
             setSite(portal)
             login(portal, TEST_USER_NAME)
             _fill_site(portal)
+            if more is not None:
+                transaction.commit()
+                more(portal)
             setSite(None)
         transaction.commit()
         yield db
