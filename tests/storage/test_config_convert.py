@@ -1,4 +1,4 @@
-"""The <jsonbstorage> ZConfig section, and zodbconvert from FileStorage into JsonbStorage."""
+"""The <jsonbstorage> ZConfig section, and zodbconvert from FileStorage and RelStorage into JsonbStorage."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from persistent.mapping import PersistentMapping
 from relstorage.zodbconvert import main as zodbconvert
 
 from plone_connector.storage import JsonbStorage
-from tests.storage.conversion import assert_same_objects
+from tests.pg import create_database, drop_database
+from tests.storage.conversion import assert_same_objects, write_config
+from tests.storage.conversion import zodbconvert as zodbconvert_script
 
 
 def _section(dsn, blob_dir, extra=""):
@@ -49,8 +51,13 @@ def test_zconfig_section_opens_the_storage(storage_dsn, tmp_path):
 
 def _fill_filestorage(path, blob_dir):
     """A FileStorage with history: several transactions, updates, deletions, BTrees, a blob."""
-    rnd = random.Random(5)
     db = ZODB.DB(ZODB.FileStorage.FileStorage(str(path), blob_dir=str(blob_dir)))
+    _fill(db)
+
+
+def _fill(db):
+    """Commit the synthetic content in ``db`` and close it."""
+    rnd = random.Random(5)
     with db.transaction() as conn:
         root = conn.root()
         root["tree"] = OOBTree()
@@ -105,3 +112,49 @@ def test_zodbconvert_from_filestorage(storage_dsn, tmp_path):
         storage.close()
     assert compared["blob files"] == 1
     assert compared["BTrees.OOBTree.OOBTree"] == 1
+
+
+@pytest.fixture
+def relstorage_dsn():
+    """A database of its own for RelStorage, as a key=value DSN (its driver, psycopg2, wants one)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    dsn, admin = create_database("relstorage")
+    yield make_conninfo(**{key: value for key, value in conninfo_to_dict(dsn).items() if value})
+    drop_database(admin, dsn)
+
+
+def _relstorage(dsn, blob_dir):
+    from relstorage.adapters.postgresql import PostgreSQLAdapter
+    from relstorage.options import Options
+    from relstorage.storage import RelStorage
+
+    options = Options(keep_history=False, blob_dir=str(blob_dir), shared_blob_dir=False)
+    return RelStorage(PostgreSQLAdapter(dsn=dsn, options=options), options=options)
+
+
+@pytest.mark.slow
+def test_zodbconvert_from_history_free_relstorage(relstorage_dsn, fresh_dsn, tmp_path):
+    _fill(ZODB.DB(_relstorage(relstorage_dsn, tmp_path / "rs-blobs")))
+    config = write_config(
+        tmp_path / "convert.conf",
+        "%import relstorage\n"
+        "<relstorage source>\n"
+        "  keep-history false\n"
+        f"  blob-dir {tmp_path / 'convert-rs-blobs'}\n"
+        f"  <postgresql>\n    dsn {relstorage_dsn}\n  </postgresql>\n"
+        "</relstorage>",
+        fresh_dsn,
+        tmp_path / "jsonb-blobs",
+    )
+    zodbconvert_script(config)
+    source = _relstorage(relstorage_dsn, tmp_path / "check-rs-blobs")
+    storage = JsonbStorage(fresh_dsn, blob_dir=str(tmp_path / "check-jsonb-blobs"))
+    try:
+        compared = assert_same_objects(source, storage)
+    finally:
+        source.close()
+        storage.close()
+    assert compared["blob files"] == 1
+    assert compared["BTrees.OOBTree.OOBTree"] == 1
+    assert compared["persistent.mapping.PersistentMapping"] == 31  # the root, and all ever added
