@@ -114,11 +114,14 @@ def assert_same_objects(source, destination) -> collections.Counter:
     return compared
 
 
-def assert_same_history(source, destination) -> int:
+def assert_same_history(source, destination) -> collections.Counter:
     """The two storages' iterators yield the same transactions (tid, status, user, description,
-    extension) with the same revisions (oid, state, back pointer, blob file); returns how many
-    revisions were compared."""
-    revisions = 0
+    extension) with the same revisions (oid, state, back pointer, blob file).
+
+    Returns how many "transactions", "revisions", "back pointers", "deletions" and "blob files"
+    were compared.
+    """
+    compared: collections.Counter = collections.Counter()
     source_transactions, copied_transactions = source.iterator(), destination.iterator()
     try:
         for txn, copy in zip(source_transactions, copied_transactions, strict=True):
@@ -130,6 +133,7 @@ def assert_same_history(source, destination) -> int:
                 txn.description,
                 txn.extension,
             ), where
+            compared["transactions"] += 1
             records = {record.oid: record for record in txn}
             copied = {record.oid: record for record in copy}
             assert copied.keys() == records.keys(), where
@@ -138,16 +142,19 @@ def assert_same_history(source, destination) -> int:
                 at = f"{where}, {oid_repr(oid)}"
                 assert copied_record.tid == record.tid == txn.tid, at
                 assert copied_record.data_txn == record.data_txn, at
+                compared["back pointers"] += record.data_txn is not None
                 if record.data is None:
                     assert copied_record.data is None, at
+                    compared["deletions"] += 1
                     continue
                 assert same_record(copied_record.data, record.data), at
                 if ZODB.blob.is_blob_record(record.data):
                     assert _blob_bytes(destination, oid, txn.tid) == _blob_bytes(source, oid, txn.tid), at
-                revisions += 1
+                    compared["blob files"] += 1
+                compared["revisions"] += 1
     finally:
         for transactions in (source_transactions, copied_transactions):
             close = getattr(transactions, "close", None)
             if close is not None:
                 close()
-    return revisions
+    return compared

@@ -18,7 +18,13 @@ import ZODB
 from ZODB.FileStorage import FileStorage
 
 from plone_connector.storage import JsonbStorage
-from tests.storage.conversion import assert_same_objects, filestorage_section, write_config, zodbconvert
+from tests.storage.conversion import (
+    assert_same_history,
+    assert_same_objects,
+    filestorage_section,
+    write_config,
+    zodbconvert,
+)
 from tests.storage.test_jsonstate_plone import plone_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
@@ -164,6 +170,25 @@ def test_plone_site_converted_history_free(plone_filestorage, fresh_dsn, tmp_pat
     source, destination = _convert(plone_filestorage, fresh_dsn, tmp_path, history_preserving=False)
     try:
         _assert_plone_objects(assert_same_objects(source, destination))
+        _read_site(destination)
+    finally:
+        source.close()
+        destination.close()
+
+
+def test_plone_site_converted_history_preserving(plone_filestorage, fresh_dsn, tmp_path):
+    """Every transaction of the FileStorage, with every revision (the first blob file of the
+    rewritten file, the records the undo pointed back with), is in the converted storage."""
+    source, destination = _convert(plone_filestorage, fresh_dsn, tmp_path, history_preserving=True)
+    try:
+        history = assert_same_history(source, destination)
+        print(f"history: {dict(history)}")
+        compared = assert_same_objects(source, destination)
+        _assert_plone_objects(compared)
+        # Older revisions were compared too: a blob's first file, the undone edit's records.
+        assert history["revisions"] > compared.total() - compared["blob files"], history
+        assert history["blob files"] > compared["blob files"], history
+        assert history["back pointers"], history
         _read_site(destination)
     finally:
         source.close()
