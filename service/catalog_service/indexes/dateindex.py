@@ -66,9 +66,12 @@ class DateRecurringIndex(KeywordIndex):
         if start is None:
             return MISSING
         try:
-            return occurrences(start, rule, until, tz_name)
+            found = occurrences(start, rule, until, tz_name)
         except (BadDate, RecurrenceError) as exc:
             raise BadValue(f"index {self.name!r}: {exc}") from exc
+        # No occurrence (every date excluded, or after ``until``): ZCatalog leaves the object out
+        # of the index, so it counts as having no value (a ``not`` query, unique values).
+        return found or MISSING
 
     def convert_key(self, key: Any) -> Any:
         if key is None:

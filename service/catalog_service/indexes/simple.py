@@ -50,8 +50,10 @@ class BooleanIndex(Index):
     superseded = ("v",)
 
     def unique_values_sql(self, table: str) -> str:
-        return (f"select ({self.json})::boolean as sortkey, {self.json} as value, count(*) as objects "
-                f"from {table} o where o.idx ? {self.key} group by 1, 2 order by 1")
+        # ZCatalog's BooleanIndex lists both values always, each with its objects (none too).
+        return (f"select b.v as sortkey, to_jsonb(b.v) as value, count(o.rid) as objects "
+                f"from (values (false), (true)) b(v) left join {table} o on ({self.json})::boolean = b.v "
+                f"group by 1 order by 1")
 
 
 class DateRangeIndex(Index):
@@ -119,6 +121,11 @@ class DateRangeIndex(Index):
         # ZCatalog sorts by the (since, until) tuple; nulls (open ends) are None, which Python 3
         # cannot compare, so ZCatalog itself only sorts catalogs without open ends.
         return f"catalog_int_array(o.idx->{self.key})"
+
+    def unique_values_sql(self, table: str) -> str:
+        # ZCatalog's DateRangeIndex has values only for its since and until attribute names, and
+        # uniqueValuesFor asks with the index's own: none.
+        return "select null::bigint as sortkey, null::jsonb as value, 0::bigint as objects where false"
 
 
 class GopipIndex(Index):
