@@ -19,4 +19,5 @@ class JsonbStorageFactory(BaseConfig):
             listen=config.listen,
             connect_timeout=config.connect_timeout,
             cache_mb=config.cache_size_mb,
+            pack_gc=config.pack_gc,
         )

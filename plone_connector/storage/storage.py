@@ -137,6 +137,7 @@ class _Shared:
     listener: InvalidationListener | None
     connect_timeout: int
     cache: StateCache
+    pack_gc: bool = True
     exact_records: int = 0
     metrics_lock: threading.Lock = field(default_factory=threading.Lock)
     instances: int = 0
@@ -187,6 +188,7 @@ class _PendingRow:
     ZODB.interfaces.IStorageIteration,
     ZODB.interfaces.IStorageRestoreable,
     ZODB.interfaces.IBlobStorageRestoreable,
+    ZODB.interfaces.IExternalGC,
 )
 class JsonbStorage(ConflictResolvingStorage):
     """A ZODB storage on PostgreSQL with object state in JSONB.
@@ -194,7 +196,9 @@ class JsonbStorage(ConflictResolvingStorage):
     ``JsonbStorage(dsn, history_preserving=False, blob_dir=None, ...)``; ``blob_dir`` is the blob
     cache directory (shared between processes or private; blobs live in the database). Without
     one a private temporary directory is used and removed on close. ``cache_mb`` sizes the
-    process-wide record cache (cache.py; 0 disables it).
+    process-wide record cache (cache.py; 0 disables it). ``pack_gc=False`` makes ``pack`` keep
+    unreachable objects unless it is called with ``gc=True`` (for an external garbage collector
+    such as zc.zodbdgc, which removes objects with ``deleteObject``).
     """
 
     def __init__(
@@ -208,6 +212,7 @@ class JsonbStorage(ConflictResolvingStorage):
         listen: bool = True,
         connect_timeout: int = 10,
         cache_mb: int = 64,
+        pack_gc: bool = True,
         _shared: _Shared | None = None,
     ):
         if _shared is None:
@@ -229,6 +234,7 @@ class JsonbStorage(ConflictResolvingStorage):
                 listener=InvalidationListener(dsn) if listen else None,
                 connect_timeout=connect_timeout,
                 cache=StateCache(cache_mb << 20),
+                pack_gc=pack_gc,
             )
         self._shared = _shared
         self._hp = _shared.history_preserving
@@ -902,6 +908,38 @@ class JsonbStorage(ConflictResolvingStorage):
             self._add_row(self._encode(oid, serial, data, blob_id))
             self._blob_files[oid] = self._take_blob_file(blobfilename)
 
+    @_store_side
+    def deleteObject(self, oid, serial, transaction):
+        """IExternalGC: delete the object in this transaction; ``serial`` must be its current tid
+        (checked at vote, a ConflictError otherwise). History-preserving: a deletion revision, so
+        older revisions stay loadable until a pack removes them."""
+        if self._shared.read_only:
+            raise ZODB.POSException.ReadOnlyError()
+        self._check_transaction(transaction)
+        zoid = u64(oid)
+        with self._lock:
+            if zoid in self._flushed:
+                # Stored earlier in this transaction: that row and its blob go too.
+                conn = self._begin_db_transaction()
+                (blob_id,) = conn.execute(
+                    "delete from zodb_temp_store where zoid = %s returning blob_id", (zoid,)
+                ).fetchone()
+                if blob_id is not None:
+                    conn.execute("delete from zodb_blob_chunk where blob_id = %s", (blob_id,))
+                self._flushed.discard(zoid)
+            row = self._pending.pop(zoid, None)
+            if row is not None and row.blob_id is not None:
+                self._begin_db_transaction().execute(
+                    "delete from zodb_blob_chunk where blob_id = %s", (row.blob_id,)
+                )
+            blob_file = self._blob_files.pop(oid, None)
+            if blob_file is not None and os.path.exists(blob_file):
+                os.remove(blob_file)
+            self._pickles.pop(zoid, None)
+            self._written.pop(zoid, None)
+            self._deletes.add(zoid)
+            self._prev_tids[zoid] = u64(serial)
+
     def checkCurrentSerialInTransaction(self, oid, serial, transaction):
         self._check_transaction(transaction)
         self._read_current[u64(oid)] = u64(serial)
@@ -1114,6 +1152,10 @@ class JsonbStorage(ConflictResolvingStorage):
                     self._remember(p64(zoid), tid, pickle)
                 for oid, filename in self._blob_files.items():
                     self._cache_blob_file(oid, tid, filename)
+                if not self._hp:
+                    # Deleted objects' blob files in the cache are garbage now, as after a pack.
+                    for zoid in self._deletes:
+                        shutil.rmtree(self._shared.fshelper.getPathForOID(p64(zoid)), ignore_errors=True)
                 if f is not None:
                     f(tid)
                 # Our own commit is newer than the open snapshot.
@@ -1335,11 +1377,15 @@ class JsonbStorage(ConflictResolvingStorage):
 
     # ------------------------------------------------------------------ pack
 
-    def pack(self, t, referencesf, gc: bool = True) -> None:
+    def pack(self, t, referencesf, gc: bool | None = None) -> None:
+        """Remove old revisions (history-preserving: those superseded before ``t``) and, with
+        ``gc`` (default: the storage's ``pack_gc``), objects unreachable from the root."""
         from plone_connector.storage.pack import pack_history_free, pack_history_preserving
 
         if self._shared.read_only:
             raise ZODB.POSException.ReadOnlyError()
+        if gc is None:
+            gc = self._shared.pack_gc
         fshelper = self._shared.fshelper
         if self._hp:
             for oid, tid in pack_history_preserving(self._shared.dsn, _pack_tid(t), gc):
@@ -1354,7 +1400,7 @@ class JsonbStorage(ConflictResolvingStorage):
                 path = fshelper.getPathForOID(oid)
                 if os.path.exists(path):
                     shutil.rmtree(path, ignore_errors=True)
-        # else history-free without gc: nothing but garbage could be removed
+        # else history-free without gc: there are no old revisions, so nothing to remove
         with self._lock:
             self._snapshot_tid = None  # let this instance see its own pack
 

@@ -3,7 +3,8 @@
 ZODB 6 names most mixin tests ``test…`` (collected by pytest's unittest support) but some are
 still ``check…``, which pytest does not collect: ``run_checks`` adds a ``test_<checkName>``
 alias for each. ``zodb_mixin`` maps a collected test back to the ZODB mixin defining it, so the
-suite can count, per mixin, how many ran (conftest.py) and fail when too few did.
+suite can count, per mixin, how many ran (conftest.py) and fail when too few did. ZODB's doctest
+files run from test functions marked with ``zodb_doctest``, counted the same way.
 """
 
 from __future__ import annotations
@@ -58,6 +59,17 @@ def zodb_mixin(cls: type, test_name: str) -> str | None:
                 return f"{klass.__module__.rsplit('.', 1)[-1]}.{klass.__name__}"
             return None
     return None
+
+
+def zodb_doctest(name: str):
+    """Mark a test function that runs one of ZODB's doctest files (e.g. ``IExternalGC.test``), so
+    conftest.py counts it under that name as it counts the mixins."""
+
+    def decorate(function):
+        function.zodb_doctest = name
+        return function
+
+    return decorate
 
 
 def not_applicable(reason: str):

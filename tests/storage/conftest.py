@@ -87,6 +87,14 @@ def hp_destination_dsn(database_url):
     return dsn_with_schema(database_url, "zodb_hp_dst")
 
 
+@pytest.fixture(scope="session")
+def hf_destination_dsn(database_url):
+    """A second history-free storage, the destination of copy (recovery) tests."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("create schema if not exists zodb_hf_dst")
+    return dsn_with_schema(database_url, "zodb_hf_dst")
+
+
 @pytest.fixture
 def fresh_dsn(database_url):
     """DSN of a new, empty schema, for tests that need their own tables."""
@@ -121,11 +129,13 @@ def pytest_runtest_makereport(item, call):
     cls = getattr(item, "cls", None)
     if cls is not None:
         report.zodb_mixin = zodb_mixin(cls, item.name)
+    else:
+        report.zodb_mixin = getattr(getattr(item, "function", None), "zodb_doctest", None)
 
 
 def pytest_terminal_summary(terminalreporter):
     if not PASSED and not FAILED:
         return
-    terminalreporter.section("ZODB storage conformance mixins run against JsonbStorage")
+    terminalreporter.section("ZODB storage conformance mixins and doctests run against JsonbStorage")
     for mixin in sorted(set(PASSED) | set(FAILED)):
         terminalreporter.write_line(f"{mixin}: {PASSED[mixin]} passed, {FAILED[mixin]} failed")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import ZODB.blob
 from ZODB.POSException import POSKeyError
 from ZODB.serialize import referencesf
 from ZODB.tests import (
@@ -20,6 +21,7 @@ from ZODB.tests import (
     PackableStorage,
     PersistentStorage,
     ReadOnlyStorage,
+    RecoveryStorage,
     StorageTestBase,
     Synchronization,
 )
@@ -64,7 +66,7 @@ class HistoryFreeConformance(
     PersistentStorage.PersistentStorage,
     ReadOnlyStorage.ReadOnlyStorage,
     IteratorStorage.IteratorStorage,
-    PackableStorage.PackableStorage,
+    PackableStorage.PackableStorageWithOptionalGC,
     MVCCTests,
 ):
     @not_applicable(NO_HISTORY + " (iterates and loadSerial()s every revision)")
@@ -104,6 +106,27 @@ class HistoryFreeConformance(
         with self.assertRaises(POSKeyError):
             self._storage.load(oid)
 
+    def testPackAllRevisionsNoGC(self):
+        # History-free variant (the mixin's loads revisions 1 and 2 before the pack): pack with
+        # gc=False keeps an object the root does not reference, at its current revision.
+        self._initroot()
+        obj = self._newobj()
+        oid = obj.getoid()
+        obj.value = 1
+        tid1 = self._dostoreNP(oid, data=pdumps(obj))
+        obj.value = 2
+        tid2 = self._dostoreNP(oid, revid=tid1, data=pdumps(obj))
+        self._storage.pack(time.time(), referencesf, gc=False)
+        with self.assertRaises(KeyError):
+            self._storage.loadSerial(oid, tid1)
+        self.assertEqual(self._makeloader()(self._storage.loadSerial(oid, tid2)).value, 2)
+        data, tid = load_current(self._storage, oid)
+        self.assertEqual((tid, self._makeloader()(data).value), (tid2, 2))
+        # The same pack with gc removes it: gc=False was what kept it.
+        self._storage.pack(time.time(), referencesf)
+        with self.assertRaises(POSKeyError):
+            self._storage.load(oid)
+
     def testPackJustOldRevisions(self):
         # History-free variant: an object the root references survives pack unchanged.
         loads = self._makeloader()
@@ -122,3 +145,53 @@ class HistoryFreeConformance(
         self.assertEqual((revid, loads(data).value), (revid0, 0))
         data, revid = load_current(self._storage, oid)
         self.assertEqual((revid, loads(data).value), (revid3, 3))
+
+
+@run_checks
+class HistoryFreeRecovery(StorageTestBase.StorageTestBase, RecoveryStorage.RecoveryStorage):
+    """copyTransactionsFrom/restore from a history-preserving JsonbStorage (the mixin undoes in
+    its source) into a history-free one, as zodbconvert into a history-free database does.
+
+    ``compare`` is the history-free form of the mixin's (IteratorDeepCompare): the destination
+    keeps no old revisions and no transaction metadata, so instead of transaction by transaction
+    it must hold exactly the source's current revision of every object, with its tid, record
+    and blob.
+    """
+
+    @pytest.fixture(autouse=True)
+    def _databases(self, hp_storage_dsn, hf_destination_dsn):
+        self._src_dsn = hp_storage_dsn
+        self._dst_dsn = hf_destination_dsn
+
+    def setUp(self):
+        super().setUp()
+        self._storage = JsonbStorage(self._src_dsn, history_preserving=True)
+        self._storage.cleanup()
+        self._dst = JsonbStorage(self._dst_dsn)
+        self._dst.cleanup()
+
+    def tearDown(self):
+        self._dst.close()
+        super().tearDown()
+
+    def compare(self, source, destination):
+        current = {}
+        for txn in source.iterator():
+            for record in txn:
+                current[record.oid] = record  # later revisions replace earlier ones
+        current = {oid: record for oid, record in current.items() if record.data is not None}
+        copied = {}
+        for txn in destination.iterator():
+            for record in txn:
+                self.assertEqual(record.tid, txn.tid)
+                self.assertNotIn(record.oid, copied)
+                copied[record.oid] = record
+        self.assertEqual(sorted(copied), sorted(current))
+        for oid, record in current.items():
+            self.assertEqual((copied[oid].tid, copied[oid].data), (record.tid, record.data))
+            self.assertEqual(load_current(destination, oid), (record.data, record.tid))
+            if ZODB.blob.is_blob_record(record.data):
+                with open(source.loadBlob(oid, record.tid), "rb") as one, open(
+                    destination.loadBlob(oid, record.tid), "rb"
+                ) as other:
+                    self.assertEqual(one.read(), other.read())

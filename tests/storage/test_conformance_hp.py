@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unittest
+
 import pytest
 from ZODB.tests import (
     BasicStorage,
@@ -21,7 +23,7 @@ from ZODB.tests import (
 from ZODB.tests.testMVCCMappingStorage import MVCCTests
 
 from plone_connector.storage import JsonbStorage
-from tests.storage.conformance import not_applicable, run_checks, skip_without_connections
+from tests.storage.conformance import not_applicable, run_checks, skip_without_connections, zodb_doctest
 
 
 class HistoryPreservingTestBase(StorageTestBase.StorageTestBase):
@@ -54,7 +56,7 @@ class HistoryPreservingConformance(
     ReadOnlyStorage.ReadOnlyStorage,
     IteratorStorage.IteratorStorage,
     IteratorStorage.ExtendedIteratorStorage,
-    PackableStorage.PackableStorage,
+    PackableStorage.PackableStorageWithOptionalGC,
     PackableStorage.PackableUndoStorage,
     RevisionStorage.RevisionStorage,
     HistoryStorage.HistoryStorage,
@@ -88,3 +90,24 @@ class HistoryPreservingRecovery(HistoryPreservingTestBase, RecoveryStorage.Recov
     def tearDown(self):
         self._dst.close()
         super().tearDown()
+
+
+@zodb_doctest("IExternalGC.test")
+def test_external_gc(hp_storage_dsn):
+    """ZODB's IExternalGC.test: deleteObject, loads before the deletion, pack with pack_gc=False.
+
+    History-preserving only: the doctest loads a deleted object's older revision (loadBefore);
+    the history-free mode's deleteObject is tested in test_pack.py."""
+
+    def create_storage():
+        storage = JsonbStorage(hp_storage_dsn, history_preserving=True, pack_gc=False)
+        storage.cleanup()
+        return storage
+
+    (case,) = PackableStorage.IExternalGC_suite(create_storage)
+    result = unittest.TestResult()
+    case.run(result)
+    assert result.testsRun == 1
+    assert not result.errors and not result.failures, "\n".join(
+        text for _test, text in result.errors + result.failures
+    )

@@ -1,7 +1,9 @@
-"""Garbage collection of the history-free storage, also while other processes commit."""
+"""Garbage collection of the history-free storage, also while other processes commit, and
+external garbage collection (pack-gc false, IExternalGC.deleteObject)."""
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -11,7 +13,9 @@ import pytest
 import transaction
 import ZODB
 import ZODB.blob
+import ZODB.config
 from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError, POSKeyError, ReadConflictError
 from ZODB.serialize import referencesf
 from ZODB.utils import z64
@@ -70,8 +74,6 @@ def test_pack_removes_unreachable_objects_and_their_blobs(storage):
             assert pg.execute("select count(*) from zodb_blob_chunk").fetchone()[0] == 0
         with pytest.raises(POSKeyError):
             storage.load(blob_oid)
-        import os
-
         assert not os.path.exists(blob_file)
         conn.close()
     finally:
@@ -183,3 +185,105 @@ def test_relinking_an_object_removed_by_pack_is_refused(storage, storage_dsn, ne
     finally:
         db1.close()
         db2.close()
+
+
+def test_pack_gc_false_from_zconfig_keeps_garbage_for_deleteobject(storage_dsn, tmp_path):
+    # An external garbage collector (zc.zodbdgc) runs with pack-gc false and removes what it
+    # finds unreachable with IExternalGC.deleteObject, blobs included.
+    storage = ZODB.config.storageFromString(
+        f"""
+        %import plone_connector.storage
+        <jsonbstorage>
+            dsn {storage_dsn}
+            blob-dir {tmp_path / "blobs"}
+            pack-gc false
+        </jsonbstorage>
+        """
+    )
+    storage.cleanup()
+    db = ZODB.DB(storage)
+    other = JsonbStorage(storage_dsn)  # another process that has the garbage in its cache
+    try:
+        with db.transaction() as conn:
+            conn.root()["child"] = PersistentMapping(n=1)
+            conn.root()["blob"] = ZODB.blob.Blob(b"blob data")
+        with db.transaction() as conn:
+            child_oid, blob_oid = conn.root()["child"]._p_oid, conn.root()["blob"]._p_oid
+            del conn.root()["child"], conn.root()["blob"]
+        other.poll_invalidations()
+        other.load(child_oid)
+        db.pack(time.time())
+        assert row_count(storage) == 3
+        serials = {oid: storage.load(oid)[1] for oid in (child_oid, blob_oid)}
+        blob_file = storage.loadBlob(blob_oid, serials[blob_oid])
+
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        for oid, serial in serials.items():
+            storage.deleteObject(oid, serial, txn)
+        storage.tpc_vote(txn)
+        tid = storage.tpc_finish(txn)
+        assert tid == storage.lastTransaction()
+        assert row_count(storage) == 1
+        for oid in serials:
+            with pytest.raises(POSKeyError):
+                storage.load(oid)
+        with psycopg.connect(storage_dsn) as pg:
+            assert pg.execute("select count(*) from zodb_blob_chunk").fetchone()[0] == 0
+        assert not os.path.exists(blob_file)
+        other.sync()  # a new transaction there, as its Connection would begin one
+        other.poll_invalidations()
+        with pytest.raises(POSKeyError):
+            other.load(child_oid)
+    finally:
+        other.close()
+        db.close()
+
+
+def test_deleteobject_with_a_stale_serial_conflicts(storage):
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["child"] = PersistentMapping(n=1)
+        with db.transaction() as conn:
+            oid = conn.root()["child"]._p_oid
+        stale = storage.load(oid)[1]
+        with db.transaction() as conn:
+            conn.root()["child"]["n"] = 2
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        storage.deleteObject(oid, stale, txn)
+        with pytest.raises(ConflictError):
+            storage.tpc_vote(txn)
+        storage.tpc_abort(txn)
+        assert storage.load(oid)[1] > stale
+    finally:
+        db.close()
+
+
+def test_deleteobject_of_an_object_stored_in_the_same_transaction(storage):
+    # Its row and blob, already streamed to the database, go too; nothing is left behind.
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()["blob"] = ZODB.blob.Blob(b"old")
+        with db.transaction() as conn:
+            oid = conn.root()["blob"]._p_oid
+        serial = storage.load(oid)[1]
+        data = storage.load(oid)[0]
+        new_blob = os.path.join(storage.temporaryDirectory(), "new.blob")
+        with open(new_blob, "wb") as out:
+            out.write(b"new")
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        storage.storeBlob(oid, serial, data, new_blob, "", txn)
+        storage._flush()  # as after STORE_BATCH_ROWS stores
+        storage.deleteObject(oid, serial, txn)
+        storage.tpc_vote(txn)
+        storage.tpc_finish(txn)
+        with pytest.raises(POSKeyError):
+            storage.load(oid)
+        with psycopg.connect(storage._shared.dsn) as pg:
+            assert pg.execute("select count(*) from zodb_blob_chunk").fetchone()[0] == 0
+    finally:
+        db.close()
