@@ -27,7 +27,7 @@ from zope.interface import implementer
 from catalog_schemas.api import Batch
 
 from . import client as client_module
-from .errors import CatalogServiceError, ServiceUnavailable
+from .errors import CatalogServiceError, ServiceRejected, ServiceUnavailable
 
 logger = logging.getLogger("plone_connector.catalog")
 
@@ -39,14 +39,37 @@ _unfinished: list[tuple[str, str]] = []
 _unfinished_lock = threading.Lock()
 
 
-def _commit(client, catalog_id: str, batch_id: str) -> None:
+def _commit(client, catalog_id: str, batch_id: str, batch: PendingBatch | None = None) -> None:
     try:
         client.commit_batch(catalog_id, batch_id)
+    except ServiceRejected as exc:
+        if exc.status == 409 and batch is not None and not batch.clear:
+            _apply_again(client, batch)
+            return
+        logger.exception("commit of catalog batch %s failed; will retry", batch_id)
+        with _unfinished_lock:
+            _unfinished.append((catalog_id, batch_id))
     except Exception:
         # ZODB has committed; the batch must follow. Keep it for a later retry.
         logger.exception("commit of catalog batch %s failed; will retry", batch_id)
         with _unfinished_lock:
             _unfinished.append((catalog_id, batch_id))
+
+
+def _apply_again(client, batch: PendingBatch) -> None:
+    """ZODB committed the transaction, but its staged batch was aborted meanwhile: a resolver took
+    it for one a crash had left (its commit came more than the resolve delay after its staging,
+    decisions/0011). Apply its entries again under a new id; their versions keep newer changes.
+    Not a clear: applied late, it would wipe what others committed in between."""
+    model = Batch.model_validate({**batch.to_model().model_dump(), "batch_id": uuidlib.uuid4().hex})
+    try:
+        client.apply_batch(batch.catalog_id, model)
+    except CatalogServiceError:
+        logger.exception("catalog batch %s was aborted and could not be applied again: run verify --repair",
+                         batch.batch_id)
+        return
+    logger.warning("catalog batch %s was aborted by a resolver after ZODB committed; applied again as %s",
+                   batch.batch_id, model.batch_id)
 
 
 class PendingBatch:
@@ -217,7 +240,7 @@ class BatchDataManager:
         batch.staged = False
         # Not in the background: when the commit returns, every later query sees the batch, also
         # one that another program sends to the service (read-your-writes, docs/connector.md).
-        _commit(self.client, batch.catalog_id, batch.batch_id)
+        _commit(self.client, batch.catalog_id, batch.batch_id, batch)
 
     def tpc_abort(self, txn):
         self._discard(txn)
