@@ -105,6 +105,15 @@ def fresh_dsn(database_url):
         conn.execute(f"create schema {schema}")
     yield dsn_with_schema(database_url, schema)
     with psycopg.connect(database_url, autocommit=True) as conn:
+        # A storage a failed test left open holds locks on the schema's tables, and the drop would
+        # wait for it forever: end those sessions first.
+        conn.execute(
+            """select pg_terminate_backend(l.pid) from pg_locks l
+               join pg_class c on c.oid = l.relation
+               join pg_namespace n on n.oid = c.relnamespace
+               where n.nspname = %s and l.pid <> pg_backend_pid()""",
+            (schema,),
+        )
         conn.execute(f"drop schema {schema} cascade")
 
 
