@@ -20,6 +20,7 @@ and docs/decisions/storage-*.md.
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import logging
@@ -138,7 +139,8 @@ class _Shared:
     connect_timeout: int
     cache: StateCache
     pack_gc: bool = True
-    exact_records: int = 0
+    # Committed records kept as exact pickles, per kind of reason (exact_copy_counts).
+    exact_copies: collections.Counter = field(default_factory=collections.Counter)
     metrics_lock: threading.Lock = field(default_factory=threading.Lock)
     instances: int = 0
 
@@ -179,6 +181,18 @@ class _PendingRow:
     blob_id: int | None
     pickle: bytes
     data_tid: int | None = None
+    exact_reason: str | None = None  # the transcoder's reason when ``exact`` is set
+
+
+# Exact copies whose reason may be a transcoder gap or bug (worth a look) log at WARNING; the
+# format's known limits (a type without a JSON form, bytes that are not a ZODB pickle) at INFO.
+_EXACT_WARNING_KINDS = frozenset({"round trip differs", "unreadable"})
+
+
+def exact_kind(reason: str | None) -> str:
+    """The kind of an exact copy's reason: its text up to the first colon ("unsupported",
+    "unreadable", "round trip differs", "opaque")."""
+    return (reason or "unknown").split(":", 1)[0].strip() or "unknown"
 
 
 @implementer(
@@ -686,10 +700,18 @@ class JsonbStorage(ConflictResolvingStorage):
     def getTid(self, oid: bytes) -> bytes:
         return self.load(oid)[1]
 
+    def exact_copy_counts(self) -> dict[str, int]:
+        """Records this process committed as exact pickles (JSON could not hold them losslessly),
+        per kind of reason: "unsupported" (a value the JSON format has no form for),
+        "round trip differs", "unreadable" (the transcoder's gaps), "opaque" (not a ZODB
+        pickle). Counted at tpc_finish, shared by all instances of the storage."""
+        with self._shared.metrics_lock:
+            return dict(self._shared.exact_copies)
+
     @property
     def exact_records(self) -> int:
-        """Records written with an exact pickle copy because JSON could not hold them losslessly."""
-        return self._shared.exact_records
+        """The total of ``exact_copy_counts()``."""
+        return sum(self.exact_copy_counts().values())
 
     # ------------------------------------------------------------------ oids
 
@@ -716,6 +738,8 @@ class JsonbStorage(ConflictResolvingStorage):
         self._pickles: dict[int, bytes] = {}
         # (class name, JSON text, exact copy) of each row written, for the process cache.
         self._written: dict[int, tuple[str, str, bytes | None]] = {}
+        # (class name, reason) of each row written as an exact pickle.
+        self._exact: dict[int, tuple[str, str | None]] = {}
         self._prev_tids: dict[int, int] = {}
         self._flushed: set[int] = set()
         self._read_current: dict[int, int] = {}
@@ -785,11 +809,14 @@ class JsonbStorage(ConflictResolvingStorage):
     def _encode(self, oid: bytes, prev: bytes, data: bytes, blob_id: int | None) -> _PendingRow:
         try:
             encoded = jsonstate.encode_record(data)
-        except jsonstate.TranscodeError:
+        except jsonstate.TranscodeError as error:
             # Not a ZODB pickle at all (ZODB's own tests store such bytes; so do record-
             # transforming wrappers): keep it exactly. Its references are unknown, so pack
             # refuses to collect garbage while such records exist (see pack.py).
-            return _PendingRow(u64(oid), _serial(prev), OPAQUE, "null", [], data, blob_id, data)
+            return _PendingRow(
+                u64(oid), _serial(prev), OPAQUE, "null", [], data, blob_id, data,
+                exact_reason=f"opaque: {error}",
+            )
         return _PendingRow(
             zoid=u64(oid),
             prev_tid=_serial(prev),
@@ -799,6 +826,7 @@ class JsonbStorage(ConflictResolvingStorage):
             exact=encoded.exact,
             blob_id=blob_id,
             pickle=data,
+            exact_reason=encoded.reason if encoded.exact is not None else None,
         )
 
     @_store_side
@@ -817,9 +845,32 @@ class JsonbStorage(ConflictResolvingStorage):
         # Kept for conflict resolution and, after commit, for loadSerial of what we wrote.
         self._pickles[row.zoid] = row.pickle
         self._written[row.zoid] = (row.class_name, row.state_json, row.exact)
+        self._note_exact(row)
         self._prev_tids[row.zoid] = row.prev_tid
         if len(self._pending) >= STORE_BATCH_ROWS:
             self._flush()
+
+    def _note_exact(self, row: _PendingRow) -> None:
+        """Remember an exact copy until tpc_finish counts it (an aborted one never is)."""
+        if row.exact is None:
+            self._exact.pop(row.zoid, None)
+        else:
+            self._exact[row.zoid] = (row.class_name, row.exact_reason)
+
+    def _count_exact(self, tid: int) -> None:
+        kinds = collections.Counter()
+        for zoid, (class_name, reason) in sorted(self._exact.items()):
+            if zoid in self._deletes:  # written, then deleted in the same transaction
+                continue
+            kind = exact_kind(reason)
+            kinds[kind] += 1
+            log.log(
+                logging.WARNING if kind in _EXACT_WARNING_KINDS else logging.INFO,
+                "kept an exact pickle of oid 0x%x (%s) at tid 0x%x: %s",
+                zoid, class_name or "not a ZODB record", tid, reason,
+            )
+        with self._shared.metrics_lock:
+            self._shared.exact_copies.update(kinds)
 
     def _flush(self) -> None:
         if not self._pending:
@@ -937,6 +988,7 @@ class JsonbStorage(ConflictResolvingStorage):
                 os.remove(blob_file)
             self._pickles.pop(zoid, None)
             self._written.pop(zoid, None)
+            self._exact.pop(zoid, None)
             self._deletes.add(zoid)
             self._prev_tids[zoid] = u64(serial)
 
@@ -1013,10 +1065,6 @@ class JsonbStorage(ConflictResolvingStorage):
                        blob_id = coalesce(excluded.blob_id, zodb_object_state.blob_id)""",
                 (tid,),
             )
-            exact = conn.execute("select count(*) from zodb_temp_store where exact is not null").fetchone()[0]
-            if exact:
-                with self._shared.metrics_lock:
-                    self._shared.exact_records += exact
         if self._deletes:
             conn.execute("delete from zodb_object_state where zoid = any(%s)", (sorted(self._deletes),))
             if not self._hp:
@@ -1109,6 +1157,7 @@ class JsonbStorage(ConflictResolvingStorage):
             )
             self._pickles[zoid] = resolved
             self._written[zoid] = (new_row.class_name, new_row.state_json, new_row.exact)
+            self._note_exact(new_row)
             self._resolved.append(oid)
 
     def _check_refs_survived_pack(self, conn: psycopg.Connection) -> None:
@@ -1137,6 +1186,8 @@ class JsonbStorage(ConflictResolvingStorage):
                 if self._tid is None:
                     raise ZODB.POSException.StorageTransactionError("tpc_finish without tpc_vote")
                 self._commit_or_verify()
+                if self._exact:
+                    self._count_exact(self._tid)
                 tid = p64(self._tid)
                 self._ltid = self._own_tid = self._tid
                 cache = self._shared.cache

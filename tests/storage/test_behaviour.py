@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 
@@ -18,7 +19,7 @@ from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import StorageTransactionError
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
-from ZODB.utils import u64
+from ZODB.utils import u64, z64
 
 from plone_connector.storage import JsonbStorage, jsonstate
 from plone_connector.storage.schema import LATEST, SchemaError, StateFormatError, migrate
@@ -318,6 +319,41 @@ def test_state_is_readable_jsonb_and_inexact_records_keep_the_exact_pickle(stora
         conn.close()
     finally:
         db.close()
+
+
+def test_exact_copies_are_counted_and_logged_only_when_committed(storage, caplog):
+    # An integer longer than Python will print (sys.get_int_max_str_digits) has no JSON form:
+    # the transcoder keeps the record exact ("unsupported: integer too long"). Bytes that are no
+    # ZODB pickle are kept exact too ("opaque").
+    huge = zodb_pickle(PersistentMapping(n=10**5000))
+    caplog.set_level(logging.INFO, logger="plone_connector.storage.storage")
+    before = storage.exact_copy_counts()
+
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn)
+    storage.store(storage.new_oid(), z64, huge, "", txn)
+    storage.tpc_vote(txn)
+    storage.tpc_abort(txn)
+    assert storage.exact_copy_counts() == before
+    assert not [r for r in caplog.records if "exact pickle" in r.getMessage()]
+
+    txn = TransactionMetaData()
+    storage.tpc_begin(txn)
+    storage.store(huge_oid := storage.new_oid(), z64, huge, "", txn)
+    storage.store(storage.new_oid(), z64, b"\x00not a pickle", "", txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    counts = storage.exact_copy_counts()
+    assert counts.get("unsupported", 0) == before.get("unsupported", 0) + 1
+    assert counts.get("opaque", 0) == before.get("opaque", 0) + 1
+    assert storage.exact_records == sum(before.values()) + 2
+    logged = [r for r in caplog.records if "exact pickle" in r.getMessage()]
+    assert len(logged) == 2
+    (huge_log,) = [r for r in logged if f"0x{u64(huge_oid):x}" in r.getMessage()]
+    assert huge_log.levelno == logging.INFO
+    assert "persistent.mapping.PersistentMapping" in huge_log.getMessage()
+    assert "unsupported: integer too long" in huge_log.getMessage()
+    assert storage.load(huge_oid)[0] == huge
 
 
 def test_migration_is_safe_when_processes_race(fresh_dsn):
