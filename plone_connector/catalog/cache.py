@@ -1,4 +1,4 @@
-"""The per-process query cache.
+"""The per-process query cache, and the per-transaction memo of answers that saw staged changes.
 
 Keyed on the catalog, the catalog counter as this transaction's ZODB snapshot sees it, the
 principals and the query. The counter is bumped in the ZODB transaction that carries a batch, so a
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+
+import transaction
 
 from . import stats
 from .settings import ConnectorSettings
@@ -58,3 +60,59 @@ class QueryCache:
 
 
 query_cache = QueryCache(ConnectorSettings.from_environ().cache_size)
+
+
+class TransactionMemo:
+    """Answers this transaction got from the service while it had pending (staged) changes.
+
+    The process cache cannot hold those: they depend on the transaction's own staged batch. Kept in
+    the transaction's data, so it goes when the transaction ends. Keys carry the staged batch ids
+    and ``changes``, which the tool bumps whenever the batch changed since it was last staged, so a
+    catalog change (or a savepoint rollback) in between is never answered from here.
+    """
+
+    def __init__(self):
+        self.changes = 0
+        self._entries: dict = {}
+
+    def get(self, key):
+        value = self._entries.get(key)
+        with _memo_lock:
+            memo_totals["hits" if value is not None else "misses"] += 1
+        stats.memo_lookup(hit=value is not None)
+        return value
+
+    def put(self, key, value) -> None:
+        self._entries[key] = value
+
+    def changed(self) -> None:
+        self.changes += 1
+        self._entries.clear()  # nothing older can be asked for again
+
+
+# Transaction data key of the memo; per process, the lookups of all transactions.
+_MEMO_KEY = object()
+_memo_lock = threading.Lock()
+memo_totals = {"hits": 0, "misses": 0}
+
+
+def transaction_memo() -> TransactionMemo:
+    txn = transaction.get()
+    try:
+        return txn.data(_MEMO_KEY)
+    except KeyError:
+        memo = TransactionMemo()
+        txn.set_data(_MEMO_KEY, memo)
+        return memo
+
+
+def memo_stats() -> dict:
+    with _memo_lock:
+        hits, misses = memo_totals["hits"], memo_totals["misses"]
+    total = hits + misses
+    return {"hits": hits, "misses": misses, "hit_rate": hits / total if total else 0.0}
+
+
+def reset_memo_stats() -> None:
+    with _memo_lock:
+        memo_totals["hits"] = memo_totals["misses"] = 0

@@ -1,4 +1,5 @@
-"""What the connector costs a page: service requests and query cache hits per page render.
+"""What the connector costs a page: service requests, query cache and transaction memo hits per
+page render.
 
 Counted per thread (a Zope worker renders one request at a time), summed per process when the
 publisher ends a request; a log line reports the totals now and then.
@@ -26,10 +27,13 @@ class Totals:
         self.service_requests = 0
         self.cache_hits = 0
         self.cache_misses = 0
+        self.memo_hits = 0
+        self.memo_misses = 0
         self.last_log = time.monotonic()
 
     def as_dict(self) -> dict:
         lookups = self.cache_hits + self.cache_misses
+        memo_lookups = self.memo_hits + self.memo_misses
         return {
             "renders": self.renders,
             "service_requests": self.service_requests,
@@ -37,6 +41,9 @@ class Totals:
             "cache_hits": self.cache_hits,
             "cache_misses": self.cache_misses,
             "cache_hit_rate": self.cache_hits / lookups if lookups else 0.0,
+            "memo_hits": self.memo_hits,
+            "memo_misses": self.memo_misses,
+            "memo_hit_rate": self.memo_hits / memo_lookups if memo_lookups else 0.0,
         }
 
 
@@ -59,8 +66,15 @@ def cache_lookup(hit: bool) -> None:
         counts["hits" if hit else "misses"] += 1
 
 
+def memo_lookup(hit: bool) -> None:
+    """A lookup in the transaction memo (cache.TransactionMemo)."""
+    counts = _counts()
+    if counts is not None:
+        counts["memo_hits" if hit else "memo_misses"] += 1
+
+
 def render_started(event=None) -> None:
-    _local.counts = {"requests": 0, "hits": 0, "misses": 0}
+    _local.counts = {"requests": 0, "hits": 0, "misses": 0, "memo_hits": 0, "memo_misses": 0}
 
 
 def render_ended(event=None) -> dict | None:
@@ -74,7 +88,9 @@ def render_ended(event=None) -> dict | None:
         totals.service_requests += counts["requests"]
         totals.cache_hits += counts["hits"]
         totals.cache_misses += counts["misses"]
-        used = counts["requests"] or counts["hits"] or counts["misses"]
+        totals.memo_hits += counts["memo_hits"]
+        totals.memo_misses += counts["memo_misses"]
+        used = any(counts.values())
         if used:
             totals.renders_with_queries += 1
         due = used and time.monotonic() - totals.last_log >= LOG_INTERVAL
@@ -83,13 +99,14 @@ def render_ended(event=None) -> dict | None:
             summary = totals.as_dict()
     if logger.isEnabledFor(logging.DEBUG) and event is not None:
         url = event.request.get("ACTUAL_URL", "") if getattr(event, "request", None) is not None else ""
-        logger.debug("catalog service: %d requests, %d cache hits, %d misses for %s",
-                     counts["requests"], counts["hits"], counts["misses"], url)
+        logger.debug("catalog service: %d requests, %d cache hits, %d misses, %d memo hits for %s",
+                     counts["requests"], counts["hits"], counts["misses"], counts["memo_hits"], url)
     if due:
         logger.info(
-            "catalog service: query cache hit rate %.1f%% (%d hits, %d misses), %.2f service requests "
-            "per page render over %d renders",
+            "catalog service: query cache hit rate %.1f%% (%d hits, %d misses), transaction memo hit "
+            "rate %.1f%% (%d hits), %.2f service requests per page render over %d renders",
             100 * summary["cache_hit_rate"], summary["cache_hits"], summary["cache_misses"],
+            100 * summary["memo_hit_rate"], summary["memo_hits"],
             summary["service_requests_per_render"], summary["renders"],
         )
     return counts

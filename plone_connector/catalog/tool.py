@@ -38,7 +38,7 @@ from catalog_schemas.api import SchemaUpdate, SearchRequest
 from . import ordering, outcomes, wire
 from .batch import current_manager, retry_unfinished
 from .brains import BrainRecord, CatalogBrain, LazyResults
-from .cache import query_cache
+from .cache import query_cache, transaction_memo
 from .client import get_client
 from .committed import CatalogBatchMark, batch_watch, until_complete
 from .errors import ServiceRejected
@@ -326,8 +326,11 @@ class ServiceCatalogTool(CatalogTool):
         manager = self._manager(create=False)
         if manager is not None and manager.batch:
             # Our own pending changes must be visible to us (and only to us): stage them.
+            changed = manager.batch.dirty
             manager.stage()
             if manager.batch.staged:
+                if changed:
+                    transaction_memo().changed()
                 return [manager.batch.batch_id]
         return []
 
@@ -342,18 +345,19 @@ class ServiceCatalogTool(CatalogTool):
         principal_key = None if principals is None else tuple(principals)
         query_text = json.dumps(wire_query, sort_keys=True, default=str)
         counter, marked = self._counter_state()
+        cache = query_cache
         if batch_ids:
-            counter = None
+            # The answers depend on our staged batch: only this transaction may reuse them.
+            cache = transaction_memo()
+            counter = (tuple(batch_ids), cache.changes)
         schema = {name: i for i, name in enumerate(self._catalog.names)}
         unrestricted = principals is None
 
         def fetch(start: int, size: int):
-            key = None
-            if counter is not None:
-                key = (catalog_id, counter, principal_key, show_inactive, query_text, start, size)
-                cached = query_cache.get(key)
-                if cached is not None:
-                    return cached
+            key = (catalog_id, counter, principal_key, show_inactive, query_text, start, size)
+            cached = cache.get(key)
+            if cached is not None:
+                return cached
 
             def send(after_batch):
                 request = SearchRequest(
@@ -367,16 +371,17 @@ class ServiceCatalogTool(CatalogTool):
                 )
                 return client.search(catalog_id, request, principals, unrestricted=unrestricted)
 
-            complete = self._await_marked(client, catalog_id, batch_watch.pending(marked)[:-1])
-            pending = batch_watch.pending(marked)
+            # Our own staged batch is named in batch_ids, so the answer includes it: never wait for it.
+            pending = [i for i in batch_watch.pending(marked) if i not in batch_ids]
+            complete = self._await_marked(client, catalog_id, pending[:-1])
             if pending:
                 result = until_complete(send, pending[-1], catalog_id)
                 complete = complete and result.complete
             else:
                 result = send(None)
             page = (result.items_total, [_record(item) for item in result.items])
-            if key is not None and complete:
-                query_cache.put(key, page)
+            if complete:
+                cache.put(key, page)
             return page
 
         total, first = fetch(b_start, page_size)
@@ -526,16 +531,19 @@ class ServiceCatalogTool(CatalogTool):
         catalog_id = self.catalog_id()
         batch_ids = self._own_batches(client)
         counter, marked = self._counter_state()
-        complete = self._await_marked(client, catalog_id, batch_watch.pending(marked))
-        key = None
-        if not batch_ids:
-            key = (catalog_id, counter, "unique values", name, lengths)
-            cached = query_cache.get(key)
-            if cached is not None:
-                return cached
+        cache = query_cache
+        if batch_ids:
+            cache = transaction_memo()
+            counter = (tuple(batch_ids), cache.changes)
+        key = (catalog_id, counter, "unique values", name, lengths)
+        cached = cache.get(key)
+        if cached is not None:
+            return cached
+        pending = [i for i in batch_watch.pending(marked) if i not in batch_ids]
+        complete = self._await_marked(client, catalog_id, pending)
         found = client.unique_values(catalog_id, name, batch_ids, lengths)
-        if key is not None and complete:
-            query_cache.put(key, found)
+        if complete:
+            cache.put(key, found)
         return found
 
     def _remember_rid(self, rid: int, path: str) -> None:

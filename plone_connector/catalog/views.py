@@ -10,20 +10,22 @@ from AccessControl import getSecurityManager
 from Products.Five import BrowserView
 from zope.component.hooks import getSite
 
-from .cache import query_cache
+from .cache import memo_stats, query_cache
 from .verify import verify
 
 logger = logging.getLogger("plone_connector.catalog")
 
 
 def service_stats() -> dict:
-    """The query cache, service requests and page-render counts of this process."""
+    """The query cache, transaction memo, service requests and page-render counts of this process."""
     from . import stats
     from .client import get_client
     from .committed import batch_watch
 
     return {
         "cache": query_cache.stats(),
+        # Answers to repeated queries within a transaction that has pending catalog changes.
+        "transaction_memo": memo_stats(),
         "service_requests_sent": get_client().requests_sent,
         "page_renders": stats.totals.as_dict(),
         "incomplete_answers": batch_watch.incomplete_answers,
