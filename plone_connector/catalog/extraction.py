@@ -107,6 +107,7 @@ def _range_end(index, value):
     return index_date(value)
 
 
+
 def date_range(index, obj):
     since_field = index.getSinceField()
     if since_field is None:
@@ -158,6 +159,45 @@ def text(index, obj):
     return " ".join(texts) if texts else NOT_INDEXED
 
 
+def zone_name(tzinfo) -> str | None:
+    """The IANA name of a named zone (pytz, zoneinfo, dateutil), None for a fixed offset."""
+    for attr in ("zone", "key"):  # pytz (None for pytz.FixedOffset), zoneinfo
+        name = getattr(tzinfo, attr, None)
+        if isinstance(name, str) and name:
+            return name
+    path = getattr(tzinfo, "_filename", None)  # dateutil's tzfile: the file it was read from
+    if isinstance(path, str) and path:
+        return path.rsplit("zoneinfo/", 1)[-1].lstrip("/")
+    return None
+
+
+def recurrence_value(start, recurrence, until) -> dict:
+    """A DateRecurringIndex value as the service expands it (docs/api.md), for ``start``.
+
+    plone.event reads the start with ``pydt`` (a DateTime in a zone pytz does not know becomes
+    UTC), evaluates the rule on its wall-clock time and places each occurrence back in its zone,
+    so that a weekly 10:00 stays at 10:00 after a change to summer time. A named zone therefore
+    travels by name, with the start as that wall-clock time.
+    """
+    from plone.event.utils import pydt  # Products.DateRecurringIndex depends on plone.event
+
+    begin = pydt(start, exact=False)
+    if begin is None:  # no date pydt reads; kept as DateIndex reads it
+        return {"start": index_date(start), "recurrence": recurrence or None, "until": None}
+    if not recurrence:
+        # The start alone is indexed as the instant pydt gives it (pydt may move an instant
+        # that pytz placed in the hour skipped by a change to summer time).
+        return {"start": begin.isoformat(), "recurrence": None, "until": None}
+    end = pydt(until, exact=False) if until is not None else None
+    value = {"start": begin.isoformat(), "recurrence": recurrence,
+             "until": end.isoformat() if end is not None else None}
+    name = zone_name(begin.tzinfo)
+    if name is not None:
+        value["start"] = begin.replace(tzinfo=None).isoformat()
+        value["tz"] = name
+    return value
+
+
 def recurring(index, obj):
     try:
         start = getattr(obj, index.id)
@@ -175,11 +215,7 @@ def recurring(index, obj):
         until = getattr(obj, index.getUntilField(), None)
         if safe_callable(until):
             until = until()
-    return {
-        "start": index_date(start),
-        "recurrence": recurrence or None,
-        "until": index_date(until) if until is not None else None,
-    }
+    return recurrence_value(start, recurrence, until)
 
 
 def gopip(index, obj):
@@ -200,6 +236,38 @@ EXTRACTORS = {
     "DateRecurringIndex": recurring,
     "GopipIndex": gopip,
 }
+
+
+def _recurring_query_date(index, value):
+    # DateRecurringIndex._convert: dt2int reads a datetime through pydt (naive as UTC; a pytz
+    # time keeps its wall-clock time and takes the offset its zone has then).
+    from plone.event.utils import pydt
+
+    return pydt(value, exact=False)
+
+
+QUERY_DATES = {
+    "DateRecurringIndex": _recurring_query_date,
+}
+
+
+def query_value(index, value):
+    """A query value with its Python datetimes read as ``index`` reads them (its ``_convert``),
+    so that what goes on the wire is an instant the service reads the same way."""
+    convert = QUERY_DATES.get(getattr(index, "meta_type", None))
+    if convert is None:
+        return value
+    return _convert_dates(value, lambda date: convert(index, date))
+
+
+def _convert_dates(value, convert):
+    if isinstance(value, dt.date):
+        return convert(value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_convert_dates(v, convert) for v in value]
+    if isinstance(value, dict) or (hasattr(value, "keys") and not isinstance(value, (str, bytes))):
+        return {k: _convert_dates(value[k], convert) for k in list(value.keys())}
+    return value
 
 
 def index_value(index, obj):

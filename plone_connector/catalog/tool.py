@@ -42,7 +42,7 @@ from .cache import query_cache, transaction_memo
 from .client import get_client
 from .committed import CatalogBatchMark, batch_watch, until_complete
 from .errors import ServiceRejected
-from .extraction import NOT_INDEXED, index_value, metadata_value
+from .extraction import NOT_INDEXED, index_value, metadata_value, query_value
 from .indexes import BooleanIndexView, ValueIndexView, definition, service_index
 from .schema import KNOWN_VALUE_TYPES, TYPED_INDEXES, declarations, wire_value_type
 
@@ -307,8 +307,10 @@ class ServiceCatalogTool(CatalogTool):
         indexes = self._catalog.indexes
         wire_query = {}
         for key, value in query.items():
-            if key in SORT_KEYS or (key in indexes and key != "allowedRolesAndUsers"):
+            if key in SORT_KEYS:
                 wire_query[key] = wire_query_value(value)
+            elif key in indexes and key != "allowedRolesAndUsers":
+                wire_query[key] = wire_query_value(query_value(indexes[key], value))
         # Catalog._sort_limit_arguments: b_size, else sort_limit, bounds the sequence.
         b_start = int(query.get("b_start", 0) or 0)
         b_size = query.get("b_size")

@@ -12,12 +12,15 @@ Query values are mostly drawn from the generated objects, so that queries hit so
 from __future__ import annotations
 
 import datetime
+import types
 from typing import Any
 
+import pytz
 from DateTime import DateTime
 from hypothesis import strategies as st
 
 from catalog_schemas.api import IndexDeclaration
+from plone_connector.catalog.extraction import query_value, recurrence_value
 from tests.service.oracle import CatalogObject, recurrence_attrs
 
 ROOT = "/plone"
@@ -90,30 +93,80 @@ def datetimes(draw, zones=ZONES) -> DateTime:
     return DateTime(day.year, day.month, day.day, hour, minute, second, zone)
 
 
-def _rrule_until(start: DateTime, days: int) -> str:
-    end = (start + days).toZone("UTC")
-    return f"{end.year():04d}{end.month():02d}{end.day():02d}T{end.hour():02d}{end.minute():02d}00Z"
+# Recurring events: zones with summer time on both hemispheres and fixed offsets (GMT+2 is no pytz
+# zone, so plone.event expands it in UTC).
+RECURRENCE_ZONES = ["Europe/Berlin", "America/New_York", "US/Eastern", "Australia/Sydney", "UTC", "GMT+2", "GMT-5"]
+FIXED_OFFSETS = {"UTC": 0, "GMT+2": 120, "GMT-5": -300}
+
+
+def _wall(value) -> datetime.datetime:
+    """The naive wall-clock time of a DateTime or datetime in its own zone."""
+    if isinstance(value, DateTime):
+        return datetime.datetime(*value.parts()[:5], int(value.second()))
+    return value.replace(tzinfo=None)
+
+
+def at_wall(zone: str, wall: datetime.datetime, python: bool):
+    """``wall`` in ``zone`` as a Zope DateTime, or as a python datetime the way plone.app.event
+    stores an event's start (a pytz zone, localized)."""
+    if not python:
+        return DateTime(wall.year, wall.month, wall.day, wall.hour, wall.minute, wall.second, zone)
+    if zone in FIXED_OFFSETS:
+        return pytz.FixedOffset(FIXED_OFFSETS[zone]).localize(wall)
+    return pytz.timezone(zone).localize(wall)
+
+
+def shift_days(value, days: int):
+    """``value`` moved by whole days of wall-clock time in its own zone (where a recurring
+    event's occurrences fall), as the same kind of value."""
+    if isinstance(value, DateTime):
+        wall = _wall(value) + datetime.timedelta(days=days)
+        return at_wall(value.timezone(), wall, python=False)
+    if getattr(value.tzinfo, "zone", None):
+        return value.tzinfo.localize(_wall(value) + datetime.timedelta(days=days))
+    return value + datetime.timedelta(days=days)
 
 
 @st.composite
-def recurrences(draw, start: DateTime) -> str:
+def recurrence_starts(draw):
+    """An event start, often within weeks before a change of summer time, at any hour (the hours
+    skipped and repeated by the change included), as a DateTime or a pytz datetime."""
+    year = draw(st.integers(2019, 2026))
+    if draw(st.integers(0, 3)):
+        # March/April and October/November: the changes in Europe, North America and Australia.
+        month = draw(st.sampled_from([3, 4, 10, 11]))
+        day = datetime.date(year, month, 1) - datetime.timedelta(days=draw(st.integers(-28, 21)))
+    else:
+        day = draw(st.dates(datetime.date(year, 1, 1), datetime.date(year, 12, 31)))
+    wall = datetime.datetime(day.year, day.month, day.day, draw(st.integers(0, 23)),
+                             draw(st.sampled_from([0, 0, 30, 59])), draw(st.sampled_from([0, 0, 30])))
+    return at_wall(draw(st.sampled_from(RECURRENCE_ZONES)), wall, python=draw(st.booleans()))
+
+
+def _rrule_until(start, days: int) -> str:
+    utc = start.toZone("UTC") if isinstance(start, DateTime) else start.astimezone(datetime.UTC)
+    return (_wall(utc) + datetime.timedelta(days=days)).strftime("%Y%m%dT%H%M00Z")
+
+
+@st.composite
+def recurrences(draw, start) -> str:
     """An RRULE bounded by COUNT or UNTIL, sometimes with EXDATEs on generated occurrences."""
-    freq = draw(st.sampled_from(["DAILY", "WEEKLY", "MONTHLY"]))
+    freq = draw(st.sampled_from(["DAILY", "DAILY", "WEEKLY", "WEEKLY", "MONTHLY"]))
     interval = draw(st.integers(1, 3))
     if draw(st.booleans()):
-        bound = f"COUNT={draw(st.integers(1, 6))}"
+        bound = f"COUNT={draw(st.integers(1, 12))}"
     else:
         bound = f"UNTIL={_rrule_until(start, draw(st.integers(0, 90)))}"
     rule = f"RRULE:FREQ={freq};INTERVAL={interval};{bound}"
-    if freq == "DAILY" and draw(st.booleans()):
-        utc = start.toZone("UTC")
-        skipped = sorted(set(draw(st.lists(st.integers(0, 6), min_size=1, max_size=3))))
-        exdates = []
-        for step in skipped:
-            day = utc + step * interval
-            exdates.append(
-                f"{day.year():04d}{day.month():02d}{day.day():02d}T{day.hour():02d}{day.minute():02d}{int(day.second()):02d}Z"
-            )
+    if freq != "MONTHLY" and draw(st.booleans()):
+        # plone.event gives every EXDATE the start's wall-clock time and ignores a trailing Z,
+        # so an EXDATE names a local day; sometimes the start's UTC day, which may be another.
+        step_days = interval * (7 if freq == "WEEKLY" else 1)
+        utc = start.toZone("UTC") if isinstance(start, DateTime) else start.astimezone(datetime.UTC)
+        base = _wall(start) if draw(st.integers(0, 3)) else _wall(utc)
+        skipped = sorted(set(draw(st.lists(st.integers(0, 11), min_size=1, max_size=3))))
+        exdates = [(base + datetime.timedelta(days=step * step_days)).strftime("%Y%m%dT%H%M%S")
+                   + draw(st.sampled_from(["", "Z"])) for step in skipped]
         rule += "\nEXDATE:" + ",".join(exdates)
     return rule
 
@@ -174,15 +227,13 @@ def plone_objects(draw, min_size=1, max_size=12) -> list[CatalogObject]:
             if value is not _ABSENT:
                 attrs[name] = value
         if draw(st.booleans()):
-            # Recurrence starts in fixed-offset zones only: the wire carries an offset, not a zone
-            # name, so a DST-crossing rule in a named zone cannot be expanded identically.
-            start = draw(datetimes(zones=["UTC", "GMT+2", "GMT-5"]))
+            start = draw(recurrence_starts())
             attrs["start"] = start
             recurdef, until = recurrence_attrs("start")
             if draw(st.booleans()):
                 attrs[recurdef] = draw(recurrences(start))
                 if draw(st.booleans()):
-                    attrs[until] = start + draw(st.integers(0, 60))
+                    attrs[until] = shift_days(start, draw(st.integers(0, 60)))
         objects.append(CatalogObject(uid=uid, path=path, attrs=attrs))
     return objects
 
@@ -224,13 +275,11 @@ def to_wire(obj: CatalogObject, indexes=INDEXES, metadata=METADATA) -> dict[str,
         elif decl.type in ("ExtendedPathIndex", "PathIndex"):
             values[decl.name] = obj.attrs.get(attr, obj.path)
         elif decl.type == "DateRecurringIndex":
-            if attr in obj.attrs:
+            if attr in obj.attrs and obj.attrs[attr] is not None:
+                # The connector's own conversion (named zones travel by name).
                 recurdef, until = recurrence_attrs(decl.name)
-                values[decl.name] = {
-                    "start": wire_date(obj.attrs[attr]),
-                    "recurrence": obj.attrs.get(recurdef) or None,
-                    "until": wire_date(obj.attrs.get(until)),
-                }
+                rule = obj.attrs.get(recurdef)
+                values[decl.name] = recurrence_value(obj.attrs[attr], rule, obj.attrs.get(until) if rule else None)
         elif attr in obj.attrs:
             values[decl.name] = wire_value(obj.attrs[attr])
     return {
@@ -242,8 +291,16 @@ def to_wire(obj: CatalogObject, indexes=INDEXES, metadata=METADATA) -> dict[str,
     }
 
 
-def query_to_wire(query: dict[str, Any]) -> dict[str, Any]:
-    return wire_value(query)
+def _index_stand_in(decl: IndexDeclaration):
+    """What the connector's query conversion reads of an index object."""
+    return types.SimpleNamespace(meta_type=decl.type, index_naive_time_as_local=decl.index_naive_time_as_local)
+
+
+def query_to_wire(query: dict[str, Any], indexes=INDEXES) -> dict[str, Any]:
+    """The JSON query the connector sends: index values read as each index reads them."""
+    by_name = {decl.name: decl for decl in indexes}
+    return {key: wire_value(query_value(_index_stand_in(by_name[key]), value) if key in by_name else value)
+            for key, value in query.items()}
 
 
 # --- queries -------------------------------------------------------------------------------
@@ -359,6 +416,33 @@ def path_queries(draw, objects: list[CatalogObject]) -> Any:
     return query
 
 
+def _as_datetime_kind(value):
+    if isinstance(value, DateTime):
+        from plone.event.utils import pydt
+
+        return pydt(value)
+    return value
+
+
+def _occurrences(objects: list[CatalogObject], name: str) -> list[datetime.datetime]:
+    """Every occurrence of the recurring events (plone.event's expansion, sorted)."""
+    from plone.event.recurrence import recurrence_sequence_ical
+    from plone.event.utils import pydt
+
+    recurdef, until = recurrence_attrs(name)
+    found = []
+    for obj in objects:
+        start = obj.attrs.get(name)
+        if start is None:
+            continue
+        rule = obj.attrs.get(recurdef)
+        if rule:
+            found += recurrence_sequence_ical(start, recrule=rule, until=obj.attrs.get(until))
+        else:
+            found.append(pydt(start))
+    return sorted(found)
+
+
 @st.composite
 def criterion(draw, objects: list[CatalogObject], name: str) -> Any:
     """One index's part of a query."""
@@ -390,10 +474,25 @@ def criterion(draw, objects: list[CatalogObject], name: str) -> Any:
     if kind == "ZCTextIndex":
         return draw(text_queries(objects, name))
     if kind == "DateRecurringIndex":
-        # Occurrences are whole days apart from the start, so shift known starts by days.
-        starts = [start + draw(st.integers(0, 3)) for start in _values_of(objects, name)]
-        value = _biased(starts, datetimes(zones=["UTC", "GMT+2"]))
-        kind_of = draw(st.sampled_from(["plain", "min", "max", "min:max"]))
+        # Occurrences are whole days of wall-clock time apart from the start: shift known starts,
+        # or take the occurrences themselves (an hour off: where the service would place them in
+        # a fixed offset), as pytz datetimes or as DateTimes.
+        starts = [shift_days(start, draw(st.integers(0, 9))) for start in _values_of(objects, name)]
+        occurring = _occurrences(objects, name)
+        if occurring:
+            jitter = st.sampled_from([0, 0, 0, -1, 1]).map(lambda hours: datetime.timedelta(hours=hours))
+            moments = st.tuples(st.sampled_from(occurring), jitter).map(lambda pair: pair[0] + pair[1])
+            starts += draw(st.lists(moments, min_size=1, max_size=6))
+        # One kind of value per query: ZCatalog sorts a list of query values and cannot compare
+        # a DateTime with a datetime (Plone never mixes them).
+        if draw(st.booleans()):
+            value = _biased(starts, datetimes(zones=["UTC", "GMT+2"])).map(_as_datetime_kind)
+        else:
+            value = _biased(starts, datetimes(zones=["UTC", "GMT+2"])).map(
+                lambda v: v if isinstance(v, DateTime) else DateTime(v))
+        kind_of = draw(st.sampled_from(["plain", "plain", "list", "min", "max", "min:max"]))
+        if kind_of == "list":
+            return draw(st.lists(value, min_size=1, max_size=3))
         if kind_of == "plain":
             return draw(value)
         if kind_of == "min:max":
@@ -433,6 +532,32 @@ def queries(draw, objects: list[CatalogObject]) -> dict[str, Any]:
 
 
 @st.composite
+def recurrence_cases(draw, max_objects=8, max_queries=6) -> tuple[list[CatalogObject], list[dict[str, Any]]]:
+    """Content with recurring events, and queries on their occurrences (sometimes with another
+    index, sometimes sorted by start)."""
+    objects = draw(plone_objects(max_size=max_objects))
+    recurdef, until = recurrence_attrs("start")
+    for obj in objects:
+        # Mostly recurring events here (plone_objects gives a quarter of its objects a rule).
+        if draw(st.integers(0, 3)):
+            start = obj.attrs["start"] = draw(recurrence_starts())
+            obj.attrs[recurdef] = draw(recurrences(start))
+            obj.attrs.pop(until, None)
+            if draw(st.booleans()):
+                obj.attrs[until] = shift_days(start, draw(st.integers(0, 60)))
+    found = []
+    for _ in range(draw(st.integers(1, max_queries))):
+        query = {"start": draw(criterion(objects, "start"))}
+        if draw(st.integers(0, 3)) == 0:
+            other = draw(st.sampled_from(["portal_type", "review_state", "effective", "path"]))
+            query[other] = draw(criterion(objects, other))
+        if draw(st.integers(0, 3)) == 0:
+            query["sort_on"] = draw(st.sampled_from(["start", "modified"]))
+        found.append(query)
+    return objects, found
+
+
+@st.composite
 def cases(draw, max_objects=12, max_queries=6) -> tuple[list[CatalogObject], list[dict[str, Any]]]:
     objects = draw(plone_objects(max_size=max_objects))
     found = draw(st.lists(queries(objects), min_size=1, max_size=max_queries))
@@ -446,6 +571,9 @@ def _encode(value: Any) -> Any:
     if isinstance(value, DateTime):
         # str() keeps the zone name, so the case replays with the same DateTime.
         return {"$DateTime": str(value)}
+    if isinstance(value, datetime.datetime):
+        # With its offset and, for a pytz zone, the zone's name (plone.app.event's starts).
+        return {"$datetime": value.isoformat(), "zone": getattr(value.tzinfo, "zone", None)}
     if isinstance(value, tuple):
         return {"$tuple": [_encode(item) for item in value]}
     if isinstance(value, list):
@@ -459,12 +587,30 @@ def _decode(value: Any) -> Any:
     if isinstance(value, dict):
         if set(value) == {"$DateTime"}:
             return DateTime(value["$DateTime"])
+        if set(value) == {"$datetime", "zone"}:
+            return _decode_datetime(value["$datetime"], value["zone"])
         if set(value) == {"$tuple"}:
             return tuple(_decode(item) for item in value["$tuple"])
         return {key: _decode(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_decode(item) for item in value]
     return value
+
+
+def _decode_datetime(text: str, zone: str | None) -> datetime.datetime:
+    parsed = datetime.datetime.fromisoformat(text)
+    offset = parsed.utcoffset()
+    wall = parsed.replace(tzinfo=None)
+    if zone is not None:
+        # The pytz tzinfo with the offset the value had, even one its zone no longer has then.
+        tz = pytz.timezone(zone)
+        for info in getattr(tz, "_tzinfos", {}).values():
+            if info._utcoffset == offset:
+                return wall.replace(tzinfo=info)
+        return tz.localize(wall)
+    if offset is None:
+        return wall
+    return pytz.FixedOffset(int(offset.total_seconds()) // 60).localize(wall)
 
 
 def case_to_json(objects: list[CatalogObject], query: dict[str, Any], note: str = "") -> dict:

@@ -48,7 +48,9 @@ TYPED = {
     "ExtendedPathIndex": st.sampled_from(["/plone/a", "/" + LONG[:2100], "//", "/plone/é"]),
     "DateRangeIndex": st.lists(st.one_of(st.none(), dates), min_size=2, max_size=2),
     "DateRecurringIndex": st.fixed_dictionaries({"start": dates, "recurrence": st.sampled_from(
-        [None, "RRULE:FREQ=DAILY;COUNT=3", "RRULE:FREQ=MINUTELY", "RRULE:nonsense", LONG[:600]])}),
+        [None, "RRULE:FREQ=DAILY;COUNT=3", "RRULE:FREQ=MINUTELY", "RRULE:nonsense", LONG[:600]])},
+        optional={"tz": st.sampled_from(["Europe/Berlin", "UTC", "Nowhere/Else", "", "../../x", "leapseconds",
+                                         5, ["UTC"], {"a": 1}])}),
 }
 TYPED_BY_NAME = {name: TYPED[kind] for name, kind in INDEXES.items()}
 TYPED_BY_NAME["total_comments"] = st.one_of(integers, st.floats(allow_nan=False, allow_infinity=False))

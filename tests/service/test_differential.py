@@ -28,6 +28,7 @@ from tests.service.strategies import (
     case_to_json,
     cases,
     query_to_wire,
+    recurrence_cases,
     to_wire,
 )
 
@@ -70,6 +71,14 @@ def check_case(service_catalog: ServiceCatalog, objects: list[CatalogObject], qu
 @pytest.mark.slow
 @given(case=cases())
 def test_service_answers_like_zcatalog(service_catalog, case):
+    objects, queries = case
+    check_case(service_catalog, objects, queries)
+
+
+@pytest.mark.slow
+@given(case=recurrence_cases())
+def test_recurring_events_answer_like_zcatalog(service_catalog, case):
+    """Recurring events in zones with summer time, queried at their occurrences."""
     objects, queries = case
     check_case(service_catalog, objects, queries)
 

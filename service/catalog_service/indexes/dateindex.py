@@ -40,8 +40,9 @@ class DateIndex(ScalarIndex):
 class DateRecurringIndex(KeywordIndex):
     """Products.DateRecurringIndex: every occurrence of a (possibly recurring) date, in minutes.
 
-    Wire value: ``{"start": iso, "recurrence": "RRULE:..." | null, "until": iso | null}`` or a
-    plain ISO date. Occurrences are expanded at index time, bounded like plone.event's expansion.
+    Wire value: ``{"start": iso, "recurrence": "RRULE:..." | null, "until": iso | null, "tz": name}``
+    (``tz`` optional) or a plain ISO date. Occurrences are expanded at index time, bounded like
+    plone.event's expansion, in the zone ``tz`` names (recurrence.py).
     """
 
     type_name = "DateRecurringIndex"

@@ -5,17 +5,26 @@ is evaluated on naive local times of the event's zone and each occurrence is the
 zone (so DST shifts keep the wall-clock time); DTSTART is removed from the rule and the start is
 always an occurrence; RDATE/EXDATE times are set to the start's time; UNTIL covers its whole day;
 at most MAXCOUNT occurrences; none after ``until``.
+
+The zone is the named zone ``tz`` when one is given, else the fixed offset of the start (UTC when
+it has none). With ``tz``, a start without an offset is the wall-clock time in that zone (what
+plone.event expands from); one with an offset is first converted to the zone. Placing a wall-clock
+time in a named zone follows pytz's ``localize`` with ``is_dst=False``, which plone.event uses: in
+the hour repeated when summer time ends, the later (standard time) instant; in the hour skipped
+when it starts, the offset from before the change.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import heapq
+import importlib.resources
 import itertools
 import re
 import threading
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dateutil import rrule
@@ -29,19 +38,77 @@ class RecurrenceError(ValueError):
     pass
 
 
-def _zone(start_text: str, tz_name: str | None):
-    if tz_name:
-        try:
-            return ZoneInfo(tz_name)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise RecurrenceError(f"unknown time zone {tz_name!r}") from exc
+def _offset(start_text) -> timedelta | None:
+    """The start's own UTC offset, or None if it has none."""
     try:
         parsed = datetime.fromisoformat(start_text.replace("Z", "+00:00")) if isinstance(start_text, str) else None
     except ValueError:
         parsed = None  # a form parse_datetime reads and fromisoformat does not: no offset of its own
-    if parsed is not None and parsed.tzinfo is not None:
-        return timezone(parsed.utcoffset())
-    return UTC
+    return parsed.utcoffset() if parsed is not None else None
+
+
+_ZONE_NAME = re.compile(r"[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*")
+
+
+@functools.lru_cache(maxsize=256)
+def named_zone(name: str) -> ZoneInfo:
+    """The zone ``name`` from the tzdata package when it is installed, else from the system.
+
+    Plone places occurrences with pytz, which carries its own copy of the IANA database; the
+    tzdata package is pinned to the same release, while the system's copy may be older or newer
+    and disagree on zones whose rules changed.
+    """
+    if not _ZONE_NAME.fullmatch(name):
+        raise RecurrenceError(f"tz must be a time zone name, not {name!r}")
+    try:
+        resource = importlib.resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
+        if resource.is_file():
+            with resource.open("rb") as data:
+                return ZoneInfo.from_file(data, key=name)
+    except ModuleNotFoundError:
+        pass
+    except (ValueError, OSError) as exc:  # a data file of the package that is no zone
+        raise RecurrenceError(f"unknown time zone {name!r}") from exc
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise RecurrenceError(f"unknown time zone {name!r}") from exc
+
+
+def _zone(start_text: str, tz_name: str | None):
+    if tz_name:
+        if not isinstance(tz_name, str):  # before the cache, which cannot hash a list
+            raise RecurrenceError(f"tz must be a time zone name, not {tz_name!r}")
+        return named_zone(tz_name)
+    offset = _offset(start_text)
+    return UTC if offset is None else timezone(offset)
+
+
+_SIX_HOURS = timedelta(hours=6)
+
+
+def _localize(wall: datetime, zone) -> datetime:
+    """The UTC instant of the naive wall-clock time ``wall`` in ``zone``, as pytz's
+    ``zone.localize(wall, is_dst=False)`` gives it (plone.event localizes every occurrence so)."""
+    if not isinstance(zone, ZoneInfo):
+        return wall.replace(tzinfo=zone).astimezone(UTC)
+    first = wall.replace(tzinfo=zone)
+    second = wall.replace(tzinfo=zone, fold=1)
+    if first.utcoffset() == second.utcoffset():
+        return first.astimezone(UTC)  # the usual case: the wall time happens exactly once
+    # zoneinfo gives the two folds different offsets in a skipped hour and in a repeated one
+    # alike; only in a repeated hour does each of them read back as the same wall time.
+    candidates = [c for c in (first, second)
+                  if c.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == wall]
+    if not candidates:
+        # Skipped when the clocks went forward: pytz localizes six hours earlier and adds them.
+        return _localize(wall - _SIX_HOURS, zone) + _SIX_HOURS
+    standard = [c for c in candidates if not c.dst()]
+    if len(standard) == 1:
+        return standard[0].astimezone(UTC)
+    # Both (or neither) standard time, as when a zone moves its standard offset back: pytz
+    # takes the later instant.
+    return max(c.astimezone(UTC) for c in standard or candidates)
 
 
 def minutes(dt: datetime) -> int:
@@ -159,8 +226,8 @@ def _collect(rset, zone, until_dt, maxcount: int) -> list[int]:
         for count, occurrence in enumerate(rset):
             if count + 1 > maxcount:
                 break
-            local = occurrence.replace(tzinfo=zone)
-            if until_dt is not None and local.astimezone(UTC) > until_dt:
+            local = _localize(occurrence, zone)
+            if until_dt is not None and local > until_dt:
                 break
             found.add(minutes(local))
     except (ValueError, OverflowError) as exc:
@@ -174,9 +241,12 @@ def _start(start, until, tz_name):
         raise RecurrenceError("start must be a date")
     parsed = parse_datetime(start)  # first: an impossible date (30 February) is a BadDate
     zone = _zone(start, tz_name)
-    start_dt = parsed.astimezone(zone).replace(microsecond=0)
+    if tz_name and isinstance(start, str) and _offset(start) is None:
+        wall = parsed.replace(tzinfo=None)  # read as UTC, so the same digits: the zone's wall clock
+    else:
+        wall = parsed.astimezone(zone).replace(tzinfo=None)
     until_dt = parse_datetime(until).replace(microsecond=0) if until else None
-    return zone, start_dt.replace(tzinfo=None), until_dt
+    return zone, wall.replace(microsecond=0), until_dt
 
 
 def _parse(start, rule, until, tz_name):
@@ -213,9 +283,9 @@ def occurrences(start, rule: str | None, until=None, tz_name: str | None = None,
         # The start alone (the common case: most events do not recur), as _collect would give it
         # for a rule set holding only the start, without building one.
         zone, naive_start, until_dt = _start(start, until, tz_name)
-        local = naive_start.replace(tzinfo=zone)
         try:
-            if maxcount < 1 or (until_dt is not None and local.astimezone(UTC) > until_dt):
+            local = _localize(naive_start, zone)
+            if maxcount < 1 or (until_dt is not None and local > until_dt):
                 return []
             return [minutes(local)]
         except (ValueError, OverflowError) as exc:
