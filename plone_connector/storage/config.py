@@ -20,4 +20,7 @@ class JsonbStorageFactory(BaseConfig):
             connect_timeout=config.connect_timeout,
             cache_mb=config.cache_size_mb,
             pack_gc=config.pack_gc,
+            commit_lock_timeout=config.commit_lock_timeout,
+            blob_cache_size=config.blob_cache_size,
+            blob_cache_size_check=config.blob_cache_size_check,
         )

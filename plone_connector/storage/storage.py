@@ -48,6 +48,7 @@ from ZODB.utils import p64, u64, z64
 from zope.interface import implementer
 
 from plone_connector.storage import jsonstate
+from plone_connector.storage.blobcache import BlobCacheLimit
 from plone_connector.storage.cache import Pending, StateCache
 from plone_connector.storage.listener import CHANNEL, InvalidationListener
 from plone_connector.storage.schema import check_state_format, migrate
@@ -109,6 +110,12 @@ class DisconnectedError(ZODB.POSException.StorageError, TransientError):
     """
 
 
+class CommitLockTimeout(ZODB.POSException.StorageError, TransientError):
+    """The commit lock, or the row lock of an object this transaction writes, was not granted
+    within ``commit_lock_timeout`` seconds (another commit, or a history-preserving pack, held it).
+    Nothing was committed; transient, so transaction managers retry."""
+
+
 def _store_side(method):
     """A broken connection while writing: drop it, raise the transient DisconnectedError."""
 
@@ -139,6 +146,8 @@ class _Shared:
     connect_timeout: int
     cache: StateCache
     pack_gc: bool = True
+    commit_lock_timeout: float = 30.0
+    blob_cache: BlobCacheLimit | None = None
     # Committed records kept as exact pickles, per kind of reason (exact_copy_counts).
     exact_copies: collections.Counter = field(default_factory=collections.Counter)
     metrics_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -212,7 +221,10 @@ class JsonbStorage(ConflictResolvingStorage):
     one a private temporary directory is used and removed on close. ``cache_mb`` sizes the
     process-wide record cache (cache.py; 0 disables it). ``pack_gc=False`` makes ``pack`` keep
     unreachable objects unless it is called with ``gc=True`` (for an external garbage collector
-    such as zc.zodbdgc, which removes objects with ``deleteObject``).
+    such as zc.zodbdgc, which removes objects with ``deleteObject``). ``commit_lock_timeout``
+    (seconds, 0 for no limit) bounds how long ``tpc_vote`` waits for locks (CommitLockTimeout).
+    ``blob_cache_size`` (bytes) limits the blob cache directory, trimmed once files worth
+    ``blob_cache_size_check`` percent of it were added (blobcache.py).
     """
 
     def __init__(
@@ -227,9 +239,14 @@ class JsonbStorage(ConflictResolvingStorage):
         connect_timeout: int = 10,
         cache_mb: int = 64,
         pack_gc: bool = True,
+        commit_lock_timeout: float = 30.0,
+        blob_cache_size: int | None = None,
+        blob_cache_size_check: int = 10,
         _shared: _Shared | None = None,
     ):
         if _shared is None:
+            if commit_lock_timeout < 0:
+                raise ValueError(f"commit_lock_timeout must be 0 (no limit) or more, not {commit_lock_timeout}")
             with psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout) as conn:
                 migrate(conn, history_preserving, read_only=read_only)
             temporary = blob_dir is None
@@ -237,6 +254,10 @@ class JsonbStorage(ConflictResolvingStorage):
                 blob_dir = tempfile.mkdtemp(prefix="jsonb-blobs-")
             fshelper = ZODB.blob.FilesystemHelper(blob_dir, layout_name="bushy")
             fshelper.create()
+            blob_cache = None
+            if blob_cache_size is not None:
+                blob_cache = BlobCacheLimit(blob_dir, fshelper.temp_dir, blob_cache_size, blob_cache_size_check)
+                blob_cache.start_cleanup()  # a kept directory may already be over the limit
             _shared = _Shared(
                 dsn=dsn,
                 name=name or "JsonbStorage",
@@ -249,6 +270,8 @@ class JsonbStorage(ConflictResolvingStorage):
                 connect_timeout=connect_timeout,
                 cache=StateCache(cache_mb << 20),
                 pack_gc=pack_gc,
+                commit_lock_timeout=commit_lock_timeout,
+                blob_cache=blob_cache,
             )
         self._shared = _shared
         self._hp = _shared.history_preserving
@@ -325,6 +348,8 @@ class JsonbStorage(ConflictResolvingStorage):
         if self._store_conn is None or self._store_conn.closed:
             conn = self._connect()
             conn.execute(_TEMP_TABLE)
+            # Only vote takes locks on this connection (rows, then the commit lock).
+            conn.execute(f"set lock_timeout = {int(self._shared.commit_lock_timeout * 1000)}")
             self._store_conn = conn
         return self._store_conn
 
@@ -1003,6 +1028,10 @@ class JsonbStorage(ConflictResolvingStorage):
                 return self._vote()
             except psycopg.errors.DeadlockDetected as error:
                 raise ZODB.POSException.ConflictError(f"deadlock while locking objects: {error}") from error
+            except psycopg.errors.LockNotAvailable as error:
+                raise CommitLockTimeout(
+                    f"locks not granted within {self._shared.commit_lock_timeout:g} s: {error}"
+                ) from error
             except psycopg.OperationalError as error:
                 self._drop_store_conn()
                 raise DisconnectedError(f"database connection lost in tpc_vote: {error}") from error
@@ -1273,6 +1302,8 @@ class JsonbStorage(ConflictResolvingStorage):
         fshelper.getPathForOID(oid, create=True)
         target = fshelper.getBlobFilename(oid, tid)
         ZODB.blob.rename_or_copy_blob(filename, target, chmod=True)
+        if self._shared.blob_cache is not None:
+            self._shared.blob_cache.added(os.path.getsize(target))
 
     def tpc_abort(self, transaction):
         if transaction is not self._transaction:
@@ -1302,6 +1333,8 @@ class JsonbStorage(ConflictResolvingStorage):
         fshelper = self._shared.fshelper
         filename = fshelper.getBlobFilename(oid, serial)
         if os.path.exists(filename):
+            if self._shared.blob_cache is not None:
+                self._shared.blob_cache.used(filename)
             return filename
         fshelper.getPathForOID(oid, create=True)
         with self._lock:
@@ -1333,6 +1366,8 @@ class JsonbStorage(ConflictResolvingStorage):
             os.chmod(partial, 0o444)
             # Atomic: processes sharing the cache directory never see a partial file.
             os.replace(partial, filename)
+            if self._shared.blob_cache is not None:
+                self._shared.blob_cache.added(os.path.getsize(filename))
         except BaseException:
             if os.path.exists(partial):
                 os.remove(partial)
@@ -1340,7 +1375,14 @@ class JsonbStorage(ConflictResolvingStorage):
         return True
 
     def openCommittedBlobFile(self, oid, serial, blob=None):
-        filename = self.loadBlob(oid, serial)
+        try:
+            return self._open_committed(self.loadBlob(oid, serial), blob)
+        except FileNotFoundError:
+            # The blob cache limit removed it between loadBlob and open: download it again.
+            return self._open_committed(self.loadBlob(oid, serial), blob)
+
+    @staticmethod
+    def _open_committed(filename: str, blob):
         if blob is None:
             return open(filename, "rb")
         return ZODB.blob.BlobFile(filename, "r", blob)
