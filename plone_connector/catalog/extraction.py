@@ -11,6 +11,7 @@ import datetime as dt
 
 import Missing
 from Acquisition import aq_base
+from DateTime import DateTime
 from Products.PluginIndexes.util import datetime_to_minutes, safe_callable
 
 from .wire import index_date, index_scalar
@@ -83,6 +84,21 @@ def boolean(index, obj):
     return result
 
 
+def _naive_as_date_index_reads_it(index, value):
+    """DateIndex._convert reads a naive datetime in the Plone process's local time when
+    ``index_naive_time_as_local`` is set (the default), else as UTC; the service cannot know the
+    process's zone, so the value goes out as that UTC instant. ZCatalog's own ``Local`` zone is
+    used, with its quirks: its standard and summer offsets are the ones of the zone the process
+    had when DateIndex was imported, and which of them applies is asked of ``time.localtime``."""
+    if not isinstance(value, dt.datetime) or value.tzinfo is not None:
+        return value
+    if getattr(index, "index_naive_time_as_local", True):
+        from Products.PluginIndexes.DateIndex.DateIndex import Local
+
+        return value.replace(tzinfo=Local).astimezone(dt.UTC)
+    return value.replace(tzinfo=dt.UTC)
+
+
 def date(index, obj):
     result = NOT_INDEXED
     for attr in _source_names(index):
@@ -90,7 +106,7 @@ def date(index, obj):
         if datum is None or datum is NOT_INDEXED:
             result = NOT_INDEXED
             continue
-        converted = index_date(datum)
+        converted = index_date(_naive_as_date_index_reads_it(index, datum))
         result = NOT_INDEXED if converted is None else converted
     return result
 
@@ -104,8 +120,13 @@ def _range_end(index, value):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         # DateRangeIndex reads plain numbers as minutes since the epoch.
         return dt.datetime.fromtimestamp(value * 60, dt.UTC).isoformat()
-    return index_date(value)
+    return index_date(_as_range_reads_it(value))
 
+
+def _as_range_reads_it(value):
+    # datetime_to_minutes makes a DateTime of a datetime, which reads a naive one in the
+    # process's local zone.
+    return DateTime(value) if isinstance(value, dt.datetime) else value
 
 
 def date_range(index, obj):
@@ -248,6 +269,9 @@ def _recurring_query_date(index, value):
 
 QUERY_DATES = {
     "DateRecurringIndex": _recurring_query_date,
+    # UnIndex.query_index reads query values (and ``not``) through DateIndex._convert.
+    "DateIndex": _naive_as_date_index_reads_it,
+    "DateRangeIndex": lambda index, value: _as_range_reads_it(value),
 }
 
 

@@ -25,17 +25,32 @@ TAG = "@t"
 # -- index values ---------------------------------------------------------------------------
 
 
+def _iso_offset(seconds: float) -> str:
+    sign = "-" if seconds < 0 else "+"
+    minutes, seconds = divmod(abs(int(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{sign}{hours:02d}:{minutes:02d}" + (f":{seconds:02d}" if seconds else "")
+
+
 def iso_datetime(value: DateTime) -> str:
     """A DateTime as ISO 8601 with its offset, to the microsecond."""
     micros = value.micros() % 1_000_000
     base = value.ISO8601()  # seconds precision with offset, e.g. 2026-01-02T03:04:05+01:00
+    if value.timezoneNaive():
+        # ISO8601() leaves the offset out of a DateTime made without a zone (DateTime("2026/01/02
+        # 03:04"), DateTime(a naive datetime)), though it holds one instant in the process's
+        # local zone; without it the service would read the time as UTC.
+        base += _iso_offset(value.tzoffset())
     if micros:
         return f"{base[:19]}.{micros:06d}{base[19:]}"
     return base
 
 
 def index_date(value) -> str | None:
-    """A date-like value as DateIndex reads it (DateIndex._convert), or None if it is no date."""
+    """A date-like value as DateIndex reads it (DateIndex._convert), or None if it is no date.
+
+    A naive datetime stays naive (the service reads it as UTC): extraction.date first gives it
+    the zone its DateIndex reads it in."""
     if isinstance(value, DateTime):
         return iso_datetime(value)
     if isinstance(value, bool):
@@ -45,7 +60,6 @@ def index_date(value) -> str | None:
     if isinstance(value, str) and value:
         return iso_datetime(DateTime(value))
     if isinstance(value, dt.datetime):
-        # Naive stays naive: the service reads it as local time like index_naive_time_as_local.
         return value.isoformat()
     if isinstance(value, dt.date):
         # DateIndex uses date.timetuple() as UTC parts.
