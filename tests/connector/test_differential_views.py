@@ -110,6 +110,11 @@ TREE = {
     **{f"sorting/s{number}": ("Document", title, "published", {"created": -16 + number / 10})
        for number, title in enumerate(("a b", "a-b", "a_b", "ab", "A.b", "Ärger", "arg", "Zebra", "10 items",
                                        "9 items", "Ω omega", "日本", "[bracket]", "~tilde", "é"))},
+    # More children than the connector fetches in one page (100), every third one private.
+    "many": ("Folder", "Many", "published", {"created": -17}),
+    **{f"many/m{number:03}": ("Document", f"Many {number:03}", "private" if number % 3 == 0 else "published",
+                              {"created": -17 + number / 1000})
+       for number in range(110)},
     # Collections as an editor makes them: a batched listing with a limit, and a table.
     "collection-1": ("Collection", "Collection recent", "published", {"created": -1, "fields": {
         "query": [{"i": "path", "o": "plone.app.querystring.operation.string.relativePath", "v": "..::-1"},
@@ -361,6 +366,8 @@ PAGES = (
     "subsite/sub-page",
     "subsite/sub-folder",
     "sorting",
+    "many/m050",
+    "many?b_start:int=90",
     "collection-1",
     "collection-1?b_start:int=3",
     "section-a/collection-2",
@@ -499,6 +506,11 @@ def querystring_cases(base: DateTime) -> list[tuple[str, str, list, dict]]:
         case("by effective", [within, row("review_state", "selection.any", ["published"])], sort_on="effective"),
         case("events by start", [within, row("portal_type", "selection.any", ["Event"])], sort_on="start"),
         case("limited", [within], limit=4),
+        case("many", [row("path", "string.absolutePath", f"/{ROOT}/many::1")]),
+        case("many batch across a page", [row("path", "string.absolutePath", f"/{ROOT}/many::1")],
+             batch=True, b_start=95, b_size=10),
+        case("many limited", [row("path", "string.absolutePath", f"/{ROOT}/many")], limit=105,
+             sort_on="created", sort_order="descending"),
         case("batched", [within], batch=True, b_start=3, b_size=4),
         case("reversed titles", [within, row("portal_type", "selection.any", ["Document"])],
              sort_order="descending"),
@@ -581,6 +593,9 @@ def api_answers(name: str, user: str | None, base: DateTime) -> dict:
         "subjects": [("path.query", tree_path), ("Subject", "red"), ("Subject", "green"),
                      ("sort_on", "sortable_title")],
         "batch": [("path.query", tree_path), ("sort_on", "sortable_title"), ("b_start", "4"), ("b_size", "5")],
+        "many across a page": [("path.query", tree_path + "/many"), ("sort_on", "getObjPositionInParent"),
+                               ("b_start", "95"), ("b_size", "10")],
+        "many whole": [("path.query", tree_path + "/many"), ("sort_on", "sortable_title"), ("b_size", "200")],
         "inactive": [("path.query", tree_path), ("sort_on", "sortable_title"), ("show_inactive", "1")],
         "events": [("path.query", tree_path), ("portal_type", "Event"), ("sort_on", "start"),
                    ("start.query", (base - 30).ISO8601()), ("start.range", "min")],
@@ -646,8 +661,9 @@ def test_restapi_answers_alike_through_the_publisher(tree):
     code, body = editor["@search tree"]
     assert code == 200 and body["items_total"] > anonymous["@search tree"][1]["items_total"] > 5
     assert editor["@querystring-search mine"][1]["items_total"] == 2
-    assert "Secret B alpha" in json.dumps(answers["reader"]["@search tree"])
-    assert "Secret B alpha" not in json.dumps(answers["outsider"]["@search tree"])
+    assert "Secret B alpha" in json.dumps(answers["reader"]["@search text"])
+    assert "Secret B alpha" not in json.dumps(answers["outsider"]["@search text"])
+    assert len(answers["outsider"]["@search many whole"][1]["items"]) == 1 + 73  # the folder and its public children
 
 
 # -- groups and local roles ------------------------------------------------------------------------
