@@ -1,4 +1,8 @@
-"""``bin/instance run .../scripts.py SITE_ID [--repair]``: verify a site's catalog against ZODB."""
+"""Verify a site's catalog against ZODB (``--repair``: and fix it)::
+
+    bin/instance run .../scripts.py SITE_ID [--repair]
+    zconsole run etc/zope.conf .../scripts.py SITE_ID [--repair]
+"""
 
 from __future__ import annotations
 
@@ -27,5 +31,14 @@ def main(app, argv=None) -> int:
     return 0 if report.clean else 1
 
 
+def script_args(argv: list[str], script: str) -> list[str]:
+    """The arguments after the script's path: ``bin/instance run`` leaves ``sys.argv`` as
+    ``[script, *args]``, ``zconsole run`` as its own command line (``zconsole run CONF script ...``)."""
+    if script in argv:
+        return argv[argv.index(script) + 1:]
+    return argv[1:]
+
+
 if __name__ == "__main__" and "app" in globals():
-    sys.exit(main(globals()["app"], sys.argv[1:]))
+    # Both runners compile the file under the path given on their command line.
+    sys.exit(main(globals()["app"], script_args(sys.argv, sys._getframe().f_code.co_filename)))

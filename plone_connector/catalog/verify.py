@@ -1,7 +1,7 @@
 """Compare what ZODB holds with what the service's catalog holds; report drift, optionally repair.
 
-Run it as ``@@catalog-service-verify`` on the site (``?repair=1`` repairs), or with
-``bin/instance run`` and the script in ``scripts.py``.
+Run it as ``@@catalog-service-verify`` on the site (a POST with ``repair=1`` repairs), or with
+``bin/instance run`` or ``zconsole run`` and the script in ``scripts.py``.
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@ import json
 import logging
 
 from AccessControl import getSecurityManager
+from plone.protect.interfaces import IDisableCSRFProtection
 from Products.Five import BrowserView
 from zope.component.hooks import getSite
+from zope.interface import alsoProvides
 
 from .cache import memo_stats, query_cache
 from .verify import verify
@@ -64,10 +66,28 @@ class ServiceStatsView(BrowserView):
 
 
 class VerifyView(BrowserView):
-    """``@@catalog-service-verify`` (``?repair=1`` to fix what it finds)."""
+    """``@@catalog-service-verify``: the drift report; POST with ``repair=1`` also fixes it.
+
+    A repair writes (the catalog counter in ZODB, a batch for the service), so it is refused on
+    GET: plone.protect aborts writes of a GET request anyway, and did so after the report had
+    claimed the repair. The POST needs no CSRF token (it is meant for scripts: ``curl -X POST``):
+    all a forged one could do is make the catalog match ZODB, as a manager's report costs as much.
+    """
 
     def __call__(self):
+        response = self.request.response
         repair = self.request.form.get("repair") in ("1", "true", "yes")
+        if repair and self.request.get("REQUEST_METHOD", "GET") != "POST":
+            response.setStatus(405)
+            response.setHeader("Allow", "POST")
+            response.setHeader("Content-Type", "application/problem+json")
+            return json.dumps({
+                "title": "Method Not Allowed",
+                "status": 405,
+                "detail": "repair=1 changes the catalog: send it as a POST request",
+            })
+        if repair:
+            alsoProvides(self.request, IDisableCSRFProtection)
         report = verify(self.context, repair=repair)
-        self.request.response.setHeader("Content-Type", "application/json")
+        response.setHeader("Content-Type", "application/json")
         return json.dumps(report.as_dict(), indent=2)
