@@ -51,6 +51,18 @@ def _set_catalog_class(catalog, cls) -> None:
         catalog._p_changed = True  # the class is part of the stored record
 
 
+def _make_service_catalog(tool) -> None:
+    """Make the ``_catalog`` of a service tool already in ZODB a ServiceCatalog."""
+    base = aq_base(tool)
+    catalog = aq_base(base._catalog)
+    if type(catalog) is not ServiceCatalog:
+        _set_catalog_class(catalog, ServiceCatalog)
+        # A stored reference names the class of the object it points to, and a connection builds
+        # the ghost of a referenced object from that class: unless the tool is written again, a
+        # fresh ZODB cache (a restart) would load its _catalog as the old class.
+        base._p_changed = True
+
+
 def _value_types(catalog) -> dict[str, str]:
     """Field/Keyword value types from the values a ZCatalog already holds (numbers sort as numbers)."""
     from .schema import value_type_from_values
@@ -98,7 +110,7 @@ def install_service_catalog(portal, catalog_id: str | None = None) -> ServiceCat
     current = getattr(portal, TOOL_ID)
     if isinstance(aq_base(current), ServiceCatalogTool):
         ensure_service_catalog(current)
-        _set_catalog_class(aq_base(current._catalog), ServiceCatalog)
+        _make_service_catalog(current)
         return current
     value_types = _value_types(current)
     old = aq_base(current)
@@ -151,7 +163,7 @@ def upgrade_index_views(context):
     portal = aq_parent(aq_inner(context))
     tool = getattr(portal, TOOL_ID)
     if isinstance(aq_base(tool), ServiceCatalogTool):
-        _set_catalog_class(aq_base(tool._catalog), ServiceCatalog)
+        _make_service_catalog(tool)
 
 
 def install(context):
