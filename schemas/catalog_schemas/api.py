@@ -211,12 +211,21 @@ class SearchResult(Model):
 
 class UniqueValues(Model):
     """An index's distinct values in ZCatalog's order; with ``lengths`` asked for, how many objects
-    hold each value (``lengths``, in the same order) and how many hold any (``objects``)."""
+    hold each value (``lengths``, in the same order) and how many the index holds (``objects``,
+    ZCatalog's ``numObjects()``: for a DateRangeIndex every object, though it lists no values)."""
 
     index: str
     values: list[Any]
     lengths: list[int] | None = None
     objects: int | None = None
+
+
+class TextIndexSize(Model):
+    """A ZCTextIndex's distinct words (ZCatalog's ``numObjects()``) and documents (``indexSize()``)."""
+
+    index: str
+    words: int
+    documents: int
 
 
 class Problem(BaseModel):

@@ -528,6 +528,28 @@ def test_unique_values_with_lengths_and_staged_batches(admin, catalog):
     assert admin.get(f"/catalogs/{name}/unique/Subject", params=too_many).status_code == 422
 
 
+def test_path_values_and_text_sizes_see_staged_batches(admin, catalog):
+    name, _ = catalog
+    commit(admin, name, [entry("a", "/plone/a", text="red apple"), entry("b", "/plone/f/b", text="red")])
+    admin.post(f"/catalogs/{name}/batches?stage=true", json={
+        "batch_id": "tx-sizes", "entries": [entry("c", "/plone/g/c", text="green pear"), {"op": "unindex", "uid": "a"}]})
+    path = admin.get(f"/catalogs/{name}/unique/path", params={"lengths": "true"}).json()
+    # ExtendedPathIndex: None (its terminator, one per object) first, then every component.
+    assert (path["values"], path["lengths"], path["objects"]) == (
+        [None, "a", "b", "f", "plone"], [2, 1, 1, 1, 2], 2)
+    path = admin.get(f"/catalogs/{name}/unique/path", params={"batch_id": "tx-sizes"}).json()
+    assert path["values"] == [None, "b", "c", "f", "g", "plone"]
+    # A ZCTextIndex's numObjects (distinct words) and indexSize (documents).
+    sizes = admin.get(f"/catalogs/{name}/words/SearchableText").json()
+    assert (sizes["words"], sizes["documents"]) == (2, 2)
+    sizes = admin.get(f"/catalogs/{name}/words/SearchableText", params={"batch_id": "tx-sizes"}).json()
+    assert (sizes["words"], sizes["documents"]) == (3, 2)  # red, green, pear
+    assert admin.get(f"/catalogs/{name}/words/portal_type").status_code == 404
+    # A DateRangeIndex lists no values but holds every object.
+    dates = admin.get(f"/catalogs/{name}/unique/effectiveRange", params={"lengths": "true"}).json()
+    assert (dates["values"], dates["objects"]) == ([], 2)
+
+
 def test_search_get_forms(live_service, admin, catalog):
     name, _ = catalog
     commit(admin, name, [entry("a", "/plone/a", subjects=["x", "y"], effective=NOW - timedelta(days=1)),

@@ -1,12 +1,13 @@
 """Differential test of unique values: the service's ``GET /catalogs/{id}/unique/{index}`` answers
 as a real ZCatalog's ``uniqueValuesFor(name)`` and, with ``lengths``, as the index's
-``uniqueValues(withLengths=True)`` (and ``numObjects()`` for the objects holding any value).
+``uniqueValues(withLengths=True)`` and ``numObjects()``; ``GET /catalogs/{id}/words/{index}``
+answers a ZCTextIndex's ``numObjects()`` and ``indexSize()``.
 
 Each hypothesis example loads generated objects (with None and missing values) into a ZCatalog
 (tests/service/oracle.py) and a service catalog, compares every index, then unindexes some
 objects and reindexes others with new values in both, and compares again. Where ZCatalog raises
-(a ZCTextIndex, a GopipIndex), the service must answer 4xx.
-"""
+(a ZCTextIndex, a GopipIndex), the service must answer 4xx; ExtendedPathIndex's withLengths
+raises too, and the service answers PathIndex's (see path_lengths)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,8 @@ from hypothesis import strategies as st
 from tests.service.oracle import ServiceCatalog, ZCatalogOracle, service_client_fixture  # noqa: F401
 from tests.service.strategies import INDEXES, METADATA, CatalogObject, plone_objects, to_wire
 
-# Every index but the path index: ZCatalog's ExtendedPathIndex answers with the path components
-# and a None terminator (and raises with lengths), which the service does not reproduce; it
-# answers 404 (the report of issue 3 names this).
-COMPARED = [decl.name for decl in INDEXES if decl.type not in ("ExtendedPathIndex", "PathIndex")]
+COMPARED = [decl.name for decl in INDEXES if decl.type != "ZCTextIndex"]
+TEXT = [decl.name for decl in INDEXES if decl.type == "ZCTextIndex"]
 KIND = {decl.name: decl.type for decl in INDEXES}
 
 
@@ -37,6 +36,8 @@ def service_catalog(service_client):
 def zcatalog_answer(oracle: ZCatalogOracle, name: str, lengths: bool) -> dict | Exception:
     """What ZCatalog answers, in the service's shape; the exception if it raises."""
     index = oracle.catalog._catalog.getIndex(name)
+    if lengths and index.meta_type == "ExtendedPathIndex":
+        return path_lengths(index)
     try:
         if not lengths:
             return {"values": list(oracle.catalog.uniqueValuesFor(name))}
@@ -44,11 +45,23 @@ def zcatalog_answer(oracle: ZCatalogOracle, name: str, lengths: bool) -> dict | 
     except Exception as exc:  # whatever ZCatalog raises is the expected behaviour
         return exc
     answer = {"values": [value for value, _ in pairs], "lengths": [length for _, length in pairs]}
-    if index.meta_type != "DateRangeIndex":
-        # (A DateRangeIndex has no values, so the service counts no objects holding one, where
-        # ZCatalog's numObjects() counts every object: each has a range, open or not.)
-        answer["objects"] = holders(index)
+    # A DateRangeIndex lists no values but holds every object (numObjects()), open range or not.
+    answer["objects"] = index.numObjects() if index.meta_type == "DateRangeIndex" else holders(index)
     return answer
+
+
+def path_lengths(index) -> dict:
+    """ExtendedPathIndex's uniqueValues(withLengths=True) raises a TypeError on its None key (the
+    connector raises it too); the service answers what PathIndex's would: per component, the
+    objects holding it at any level, counted from the component mapping; and numObjects()."""
+    values, lengths = [], []
+    for component, levels in index._index.items():
+        documents: set[int] = set()
+        for rows in levels.values():
+            documents.update(rows)
+        values.append(component)
+        lengths.append(len(documents))
+    return {"values": values, "lengths": lengths, "objects": index.numObjects()}
 
 
 def holders(index) -> int:
@@ -97,6 +110,20 @@ def check_unique_values(oracle: ZCatalogOracle, catalog: ServiceCatalog, moment:
             assert _in_order(got, name) == _in_order(want, name), f"{where}: ZCatalog {want}, service {got}"
 
 
+def check_text_sizes(oracle: ZCatalogOracle, catalog: ServiceCatalog, moment: str) -> None:
+    """A ZCTextIndex has no unique values (ZCatalog raises, the service answers 4xx); its
+    numObjects() counts distinct words, its indexSize() documents: the service's ``/words``."""
+    for name in TEXT:
+        index = oracle.catalog._catalog.getIndex(name)
+        status, body = service_answer(catalog, name, lengths=False)
+        assert 400 <= status < 500 and body["status"] == status, f"{moment}, {name}: {status} {body}"
+        response = catalog.client.get(f"/catalogs/{catalog.id}/words/{name}")
+        assert response.status_code == 200, response.text
+        got = response.json()
+        want = {"words": index.numObjects(), "documents": index.indexSize()}
+        assert {key: got[key] for key in want} == want, f"{moment}, {name}: ZCatalog {want}, service {got}"
+
+
 def avoid_stale_entries(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """New attributes for a reindexed object, without the two changes after which ZCatalog keeps
     a stale entry: UnIndex leaves a falsy old value ("" or 0) in place when the new one is None
@@ -134,6 +161,7 @@ def test_unique_values_answer_like_zcatalog(service_catalog, history):
         oracle.index(obj)
     service_catalog.load([to_wire(obj) for obj in objects])
     check_unique_values(oracle, service_catalog, "after indexing")
+    check_text_sizes(oracle, service_catalog, "after indexing")
 
     entries = []
     for obj, new, fate in zip(objects, fresh, fates, strict=True):
@@ -150,11 +178,13 @@ def test_unique_values_answer_like_zcatalog(service_catalog, history):
                                            json={"batch_id": uuid.uuid4().hex, "entries": entries})
     assert response.status_code == 200, response.text
     check_unique_values(oracle, service_catalog, "after unindexing and reindexing")
+    check_text_sizes(oracle, service_catalog, "after unindexing and reindexing")
 
 
 def test_unique_values_of_an_empty_catalog(service_catalog):
     service_catalog.load([])
     check_unique_values(ZCatalogOracle(INDEXES, METADATA), service_catalog, "empty")
+    check_text_sizes(ZCatalogOracle(INDEXES, METADATA), service_catalog, "empty")
 
 
 def test_unique_values_of_unknown_indexes_are_404(service_catalog):

@@ -8,10 +8,10 @@ import time
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from catalog_schemas.api import Batch, CatalogCreate, CatalogInfo, SchemaUpdate, UniqueValues
+from catalog_schemas.api import Batch, CatalogCreate, CatalogInfo, SchemaUpdate, TextIndexSize, UniqueValues
 
 from ..errors import BadRequest, NotFound
-from ..indexes.text import CELLS_SUFFIX
+from ..indexes.text import CELLS_SUFFIX, ZCTextIndex
 from ..planner.plan import rows_source
 from ..planner.sql import Params
 from ..store import batches
@@ -131,7 +131,7 @@ async def unique_values(name: str, index: str, request: Request, cred: Credentia
                         lengths: bool = False, batch_id: list[str] = Query(default=[], max_length=16)):
     """The index's distinct values (ZCatalog's ``uniqueValues``), as the catalog stands or as the
     caller's staged batches (``batch_id``, its own transaction) leave it; with ``lengths``, how
-    many objects hold each value and how many hold any."""
+    many objects hold each value and how many the index holds (``numObjects``)."""
     catalog, _ = await trusted_catalog(request, name, cred)
     idx = catalog.schema.indexes.get(index)
     params = Params()
@@ -140,16 +140,37 @@ async def unique_values(name: str, index: str, request: Request, cred: Credentia
     if sql is None:
         raise NotFound(f"index {index!r} has no unique values")
     if lengths:
-        # One statement, so the counts and the values come from one snapshot.
-        sql = (f"select u.*, (select count(*) from {source} o where o.idx ? {idx.key}) as holders "
-               f"from ({sql}) u order by u.sortkey")
+        # One statement, so the counts and the values come from one snapshot; the left join keeps
+        # the count when there are no values (a DateRangeIndex holds every object, and no value).
+        sql = (f"select h.holders, u.* from ({idx.holders_sql(source)}) h(holders) "
+               f"left join ({sql}) u on true order by u.sortkey")
     async with request.app.state.db.acquire() as conn:
         rows = await conn.fetch(sql, *params.values)
-    values = [orjson.loads(r["value"]) for r in rows]
     if not lengths:
-        return UniqueValues(index=index, values=values)
-    return UniqueValues(index=index, values=values, lengths=[r["objects"] for r in rows],
-                        objects=rows[0]["holders"] if rows else 0)
+        return UniqueValues(index=index, values=[orjson.loads(r["value"]) for r in rows])
+    found = [r for r in rows if r["objects"] is not None]
+    return UniqueValues(index=index, values=[orjson.loads(r["value"]) for r in found],
+                        lengths=[r["objects"] for r in found], objects=rows[0]["holders"])
+
+
+@router.get("/{name}/words/{index}", response_model=TextIndexSize)
+async def text_index_size(name: str, index: str, request: Request, cred: Credential = Depends(credential),
+                          batch_id: list[str] = Query(default=[], max_length=16)):
+    """A ZCTextIndex's distinct words and documents (ZCatalog's ``numObjects`` and ``indexSize``;
+    it has no unique values), seeing staged batches as ``/unique`` does."""
+    catalog, _ = await trusted_catalog(request, name, cred)
+    idx = catalog.schema.indexes.get(index)
+    if not isinstance(idx, ZCTextIndex):
+        raise NotFound(f"index {index!r} is no ZCTextIndex")
+    params = Params()
+    source = rows_source(catalog.schema, batch_id, params)
+    # Counted from the rows, not from the lexicon table, which staged batches do not change.
+    sql = (f"select (select count(*) from {source} o where {idx.has_value}) as documents, "
+           f"(select count(distinct w) from {source} o, jsonb_array_elements_text({idx.json}) w "
+           f"where {idx.has_value}) as words")
+    async with request.app.state.db.acquire() as conn:
+        row = await conn.fetchrow(sql, *params.values)
+    return TextIndexSize(index=index, words=row["words"], documents=row["documents"])
 
 
 @router.get("/{name}/objects/{uid:path}")

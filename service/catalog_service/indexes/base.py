@@ -127,6 +127,10 @@ class Index:
         parenthesised subquery (the rows as staged batches leave them)."""
         return None
 
+    def holders_sql(self, table: str) -> str:
+        """SQL counting the objects the index holds (ZCatalog's ``numObjects()``)."""
+        return f"select count(*) from {table} o where {self.has_value}"
+
     # -- helpers ---------------------------------------------------------------------------
     @property
     def json(self) -> str:

@@ -218,10 +218,34 @@ class ExtendedPathIndex(Index):
             return []  # path, parent are indexed by the partition's own indexes
         return [f'create index if not exists {self.index_name(table, "v")} on {table} (((idx->>{self.key}) collate "C"))']
 
+    # ExtendedPathIndex also indexes a None terminator per object (PathIndex does not), which
+    # uniqueValues lists first.
+    terminator = True
+
+    def holders_sql(self, table: str) -> str:
+        if self.physical:
+            return f"select count(*) from {table} o"  # every object has its physical path
+        return super().holders_sql(table)
+
+    def unique_values_sql(self, table: str) -> str:
+        # uniqueValues lists the keys of the component mapping: every path component (at any
+        # level), in code point order, after None. Per component, how many objects hold it at any
+        # level (PathIndex's withLengths; ExtendedPathIndex's raises, which the connector repeats).
+        # '' stands for None: no component is empty, and it sorts first.
+        where = "" if self.physical else f"where {self.has_value}"
+        parts = [f"select o.rid, c as k from {table} o, unnest(string_to_array({self.path_expr}, '/')) c "
+                 f"where c <> '' {'' if self.physical else 'and ' + self.has_value}"]
+        if self.terminator:
+            parts.append(f"select o.rid, '' as k from {table} o {where}")
+        return (f"select (p.k collate \"C\") as sortkey, "
+                f"case when p.k = '' then 'null'::jsonb else to_jsonb(p.k) end as value, "
+                f"count(distinct p.rid) as objects from ({' union all '.join(parts)}) p group by 1, 2 order by 1")
+
 
 class PathIndex(ExtendedPathIndex):
     type_name = "PathIndex"
     query_options = ("query", "level", "operator")
+    terminator = False
 
 
 def _int(value: Any, name: str) -> int:
