@@ -58,7 +58,13 @@ def drift(site) -> dict:
     return {key: report[key] for key in ("missing", "phantom", "stale")}
 
 
-def test_rename_move_and_copy_of_a_tree_send_one_batch_each(plone_sites, monkeypatch):
+@pytest.fixture
+def tree_removed_after(plone_sites):
+    yield
+    delete_from(CONNECTED, ROOT)
+
+
+def test_rename_move_and_copy_of_a_tree_send_one_batch_each(tree_removed_after, monkeypatch):
     with on_site(CONNECTED) as site:
         root = api.content.create(container=site, type="Folder", id=ROOT, title="Trees")
         outer = api.content.create(container=root, type="Folder", id="outer", title="Outer")
@@ -114,5 +120,3 @@ def test_rename_move_and_copy_of_a_tree_send_one_batch_each(plone_sites, monkeyp
         after = drift(site)
     assert after == before
     assert not [path for kind in after.values() for path in kind if path.startswith(base)]
-    monkeypatch.undo()
-    delete_from(CONNECTED, ROOT)
