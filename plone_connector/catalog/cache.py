@@ -62,6 +62,10 @@ class QueryCache:
 query_cache = QueryCache(ConnectorSettings.from_environ().cache_size)
 
 
+# Answers one transaction keeps at most.
+MEMO_SIZE = 500
+
+
 class TransactionMemo:
     """Answers this transaction got from the service while it had pending (staged) changes.
 
@@ -83,6 +87,9 @@ class TransactionMemo:
         return value
 
     def put(self, key, value) -> None:
+        if len(self._entries) >= MEMO_SIZE:
+            # A long transaction (a script) asking many different queries: forget the oldest.
+            self._entries.pop(next(iter(self._entries)))
         self._entries[key] = value
 
     def changed(self) -> None:

@@ -16,7 +16,7 @@ from plone.app.testing import logout
 from plone.testing import zope
 
 from plone_connector.catalog import stats
-from plone_connector.catalog.cache import memo_stats, transaction_memo
+from plone_connector.catalog.cache import MEMO_SIZE, TransactionMemo, memo_stats, transaction_memo
 from plone_connector.catalog.client import get_client
 from plone_connector.catalog.committed import batch_watch
 from tests.connector.sites import CONNECTED, PASSWORD, on_site
@@ -159,3 +159,14 @@ def test_memo_hits_are_reported_in_the_stats(plone_sites):
     assert report["transaction_memo"]["hits"] >= now["hits"]
     assert 0 < report["transaction_memo"]["hit_rate"] < 1
     assert "memo_hit_rate" in report["page_renders"]
+
+
+def test_a_long_transaction_keeps_a_bounded_memo():
+    memo = TransactionMemo()
+    for i in range(MEMO_SIZE + 10):
+        memo.put(("query", i), ("answer", i))
+    assert memo.get(("query", 9)) is None  # the oldest went first
+    assert memo.get(("query", 10)) == ("answer", 10)
+    assert memo.get(("query", MEMO_SIZE + 9)) == ("answer", MEMO_SIZE + 9)
+    memo.changed()
+    assert memo.get(("query", MEMO_SIZE + 9)) is None
