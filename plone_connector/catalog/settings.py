@@ -21,7 +21,8 @@ class ConnectorSettings:
     page_size: int = 100
     cache_size: int = 2000
     # Batches a crashed process left staged (outcomes.py): resolved once staged this many seconds,
-    # looked for at most this often per process (0: never; the service then aborts them).
+    # looked for at most this often per process (0: never; the service then aborts them, after
+    # CATALOG_STAGED_BATCH_ABANDON_TTL once a process declared that the connector resolves them).
     resolve_after: float = 900.0
     resolve_interval: float = 60.0
 
