@@ -107,9 +107,16 @@ def test_expansion_deadline_stops_python_work_and_leaves_nothing_behind():
     with pytest.raises(RecurrenceError):
         _with_deadline(lambda: busy(5), 0.1)
     assert time.monotonic() - started < 2
-    # Finished in time: no exception is raised later into this thread.
+    # Work that ends right around its deadline (on a loaded machine either side of it): each call
+    # either returns or raises RecurrenceError, and no exception is raised later into this thread.
+    outcomes = []
     for _ in range(20):
-        assert _with_deadline(lambda: busy(0.01), 0.011) == "done"
+        try:
+            outcomes.append(_with_deadline(lambda: busy(0.01), 0.011))
+        except RecurrenceError:
+            outcomes.append("stopped")
+    assert set(outcomes) <= {"done", "stopped"}
+    assert _with_deadline(lambda: busy(0.01), 5) == "done"
     assert busy(0.3) == "done"
 
 
