@@ -7,7 +7,8 @@ Each hypothesis example loads generated objects (with None and missing values) i
 (tests/service/oracle.py) and a service catalog, compares every index, then unindexes some
 objects and reindexes others with new values in both, and compares again. Where ZCatalog raises
 (a ZCTextIndex, a GopipIndex), the service must answer 4xx; ExtendedPathIndex's withLengths
-raises too, and the service answers PathIndex's (see path_lengths)."""
+raises too, and the service answers PathIndex's (see path_lengths). A DateRangeIndex's values of
+its since and until attributes are compared too (check_range_bounds)."""
 
 from __future__ import annotations
 
@@ -110,6 +111,25 @@ def check_unique_values(oracle: ZCatalogOracle, catalog: ServiceCatalog, moment:
             assert _in_order(got, name) == _in_order(want, name), f"{where}: ZCatalog {want}, service {got}"
 
 
+def check_range_bounds(oracle: ZCatalogOracle, catalog: ServiceCatalog, moment: str) -> None:
+    """A DateRangeIndex lists values for its since and until attribute names only (``attribute``):
+    the objects with both ends first, then those with one, so not in order overall."""
+    for decl in INDEXES:
+        if decl.type != "DateRangeIndex":
+            continue
+        index = oracle.catalog._catalog.getIndex(decl.name)
+        for attribute in (decl.since_field, decl.until_field, "other"):
+            pairs = list(index.uniqueValues(name=attribute, withLengths=True))
+            want = {"values": list(index.uniqueValues(name=attribute)),
+                    "lengths": [length for _, length in pairs], "objects": index.numObjects()}
+            assert want["values"] == [value for value, _ in pairs]
+            response = catalog.client.get(f"/catalogs/{catalog.id}/unique/{decl.name}",
+                                          params={"attribute": attribute, "lengths": "true"})
+            assert response.status_code == 200, response.text
+            got = {key: response.json()[key] for key in want}
+            assert got == want, f"{moment}, {decl.name}, {attribute}: ZCatalog {want}, service {got}"
+
+
 def check_text_sizes(oracle: ZCatalogOracle, catalog: ServiceCatalog, moment: str) -> None:
     """A ZCTextIndex has no unique values (ZCatalog raises, the service answers 4xx); its
     numObjects() counts distinct words, its indexSize() documents: the service's ``/words``."""
@@ -162,6 +182,7 @@ def test_unique_values_answer_like_zcatalog(service_catalog, history):
     service_catalog.load([to_wire(obj) for obj in objects])
     check_unique_values(oracle, service_catalog, "after indexing")
     check_text_sizes(oracle, service_catalog, "after indexing")
+    check_range_bounds(oracle, service_catalog, "after indexing")
 
     entries = []
     for obj, new, fate in zip(objects, fresh, fates, strict=True):
@@ -179,12 +200,14 @@ def test_unique_values_answer_like_zcatalog(service_catalog, history):
     assert response.status_code == 200, response.text
     check_unique_values(oracle, service_catalog, "after unindexing and reindexing")
     check_text_sizes(oracle, service_catalog, "after unindexing and reindexing")
+    check_range_bounds(oracle, service_catalog, "after unindexing and reindexing")
 
 
 def test_unique_values_of_an_empty_catalog(service_catalog):
     service_catalog.load([])
     check_unique_values(ZCatalogOracle(INDEXES, METADATA), service_catalog, "empty")
     check_text_sizes(ZCatalogOracle(INDEXES, METADATA), service_catalog, "empty")
+    check_range_bounds(ZCatalogOracle(INDEXES, METADATA), service_catalog, "empty")
 
 
 def test_unique_values_of_unknown_indexes_are_404(service_catalog):

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from catalog_schemas.api import Batch, CatalogCreate, CatalogInfo, SchemaUpdate, TextIndexSize, UniqueValues
 
 from ..errors import BadRequest, NotFound
+from ..indexes.simple import DateRangeIndex
 from ..indexes.text import CELLS_SUFFIX, ZCTextIndex
 from ..planner.plan import rows_source
 from ..planner.sql import Params
@@ -128,15 +129,22 @@ async def create_token(name: str, body: dict, request: Request, cred: Credential
 
 @router.get("/{name}/unique/{index}", response_model=UniqueValues)
 async def unique_values(name: str, index: str, request: Request, cred: Credential = Depends(credential),
-                        lengths: bool = False, batch_id: list[str] = Query(default=[], max_length=16)):
+                        lengths: bool = False, batch_id: list[str] = Query(default=[], max_length=16),
+                        attribute: str | None = None):
     """The index's distinct values (ZCatalog's ``uniqueValues``), as the catalog stands or as the
     caller's staged batches (``batch_id``, its own transaction) leave it; with ``lengths``, how
-    many objects hold each value and how many the index holds (``numObjects``)."""
+    many objects hold each value and how many the index holds (``numObjects``). ``attribute``: a
+    DateRangeIndex's values of its since or until attribute (``uniqueValues(name=attribute)``)."""
     catalog, _ = await trusted_catalog(request, name, cred)
     idx = catalog.schema.indexes.get(index)
     params = Params()
     source = rows_source(catalog.schema, batch_id, params)
-    sql = idx.unique_values_sql(source) if idx is not None else None
+    if attribute is not None and idx is not None:
+        if not isinstance(idx, DateRangeIndex):
+            raise BadRequest(f"index {index!r}: only a DateRangeIndex lists values per attribute")
+        sql = idx.bound_values_sql(source, attribute)
+    else:
+        sql = idx.unique_values_sql(source) if idx is not None else None
     if sql is None:
         raise NotFound(f"index {index!r} has no unique values")
     if lengths:

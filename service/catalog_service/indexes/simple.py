@@ -127,6 +127,19 @@ class DateRangeIndex(Index):
         # uniqueValuesFor asks with the index's own: none.
         return "select null::bigint as sortkey, null::jsonb as value, 0::bigint as objects where false"
 
+    def bound_values_sql(self, table: str, attribute: str) -> str:
+        """ZCatalog's ``uniqueValues(name=attribute)``: for the since (or until) attribute, the
+        minutes of the objects with both ends, in order, then of those with that end only, in
+        order (two separate mappings: a value can come twice); none for another name."""
+        if attribute not in (self.decl.since_field, self.decl.until_field):
+            return self.unique_values_sql(table)
+        end = 0 if attribute == self.decl.since_field else 1
+        bound, other = self._bound(end), self._bound(1 - end)
+        # The second mapping's values after the first's: an offset beyond the indexable range.
+        return (f"select {bound} + case when {other} is null then 1000000000000 else 0 end as sortkey, "
+                f"to_jsonb({bound}) as value, count(*) as objects from {table} o "
+                f"where {bound} is not null group by 1, 2 order by 1")
+
 
 class GopipIndex(Index):
     """Position in the parent folder: sorts, but is not queryable (plone.folder's GopipIndex
