@@ -271,8 +271,12 @@ def tree(plone_sites):
 SITE_URL = re.compile(rf"(https?://[^/\s\"'<>]+)/(?:{STOCK}|{CONNECTED})(?=[/\"'?#\s<>]|$)")
 
 
+# A physical path in a query string of a link (the search page's sort links carry its path=).
+SITE_PARAM = re.compile(rf"(?<==)/(?:{STOCK}|{CONNECTED})(?=/|&|$)")
+
+
 def same_site(text: str) -> str:
-    return SITE_URL.sub(r"\1/SITE", text)
+    return SITE_PARAM.sub("/SITE", SITE_URL.sub(r"\1/SITE", text))
 
 
 SITE_PATH = re.compile(rf"(^|[=&])/(?:{STOCK}|{CONNECTED})(?=/|&|$)")
@@ -308,10 +312,11 @@ def difference(stock, connected) -> str:
     """A readable diff of two answers (HTML split at its tags, JSON at its lines)."""
     def lines(value):
         if isinstance(value, str):
-            return value.replace("><", ">\n<").splitlines()
+            return re.sub(r">\s*<", ">\n<", value).splitlines()
         return json.dumps(value, indent=1, sort_keys=True, default=str).splitlines()
 
-    return "\n".join(difflib.unified_diff(lines(stock), lines(connected), "stock", "connector", lineterm=""))
+    diff = difflib.unified_diff(lines(stock), lines(connected), "stock", "connector", n=2, lineterm="")
+    return "\n".join(diff)[:6000]
 
 
 def fragment(element) -> str:
@@ -344,6 +349,10 @@ def page_parts(html: str) -> dict:
     # The page's own content: folder listings, collection results, event listings.
     content = doc.get_element_by_id("content-core", None)
     parts["content"] = None if content is None else fragment(content)
+    for element_id in ("search-results", "search-results-number"):
+        found = doc.get_element_by_id(element_id, None)
+        if found is not None:
+            parts[element_id] = fragment(found)
     sitemap = doc.get_element_by_id("portal-sitemap", None)
     if sitemap is not None:
         for item in sitemap.findall("li"):
@@ -373,6 +382,13 @@ PAGES = (
     "section-a/collection-2",
     "@@event_listing?mode=all",
     "@@event_listing?mode=future",
+    # Plone's search page, a view of navigation roots: a leading "/" starts at the site, and
+    # {site} is the site's id (the path is a physical one).
+    "/@@search?SearchableText=alpha&path=/{site}/" + ROOT,
+    "/@@search?SearchableText=many&sort_on=sortable_title&b_start:int=10&path=/{site}/" + ROOT,
+    "/@@search?SearchableText=a*&sort_on=Date&portal_type:list=Document&portal_type:list=Event"
+    "&created.query:record:date=2000-01-01&created.range:record=min&path=/{site}/" + ROOT,
+    "subsite/@@search?SearchableText=subsite",
 )
 
 
@@ -381,7 +397,9 @@ def rendered(name: str, user: str | None) -> dict:
     with zope.zopeApp() as app:
         browser = browser_for(user, app)
         for page in PAGES:
-            browser.open(f"http://nohost/{name}/{ROOT}/{page}".rstrip("/"))
+            where = page.format(site=name)
+            where = where if where.startswith("/") else f"/{ROOT}/{where}"
+            browser.open(f"http://nohost/{name}{where}".rstrip("/"))
             code = status(browser)
             # A login redirect names the page it came from, quoted.
             found[page, "status"] = (code, site_neutral(unquote(browser.url)))
@@ -389,7 +407,7 @@ def rendered(name: str, user: str | None) -> dict:
                 for part, value in page_parts(browser.contents).items():
                     found[page, part] = value
         browser.open(f"http://nohost/{name}/@@sitemap")
-        found["@@sitemap", "status"] = status(browser)
+        found["@@sitemap", "status"] = (status(browser), same_site(browser.url))
         found["@@sitemap", "sitemap"] = page_parts(browser.contents).get("sitemap")
         transaction.abort()
     return found
@@ -415,6 +433,10 @@ def test_breadcrumbs_navigation_and_sitemap_render_alike(tree):
     assert "Section B" in editor[sitemap] and "Section B" not in anonymous[sitemap]
     assert "Expired news" in manager[sitemap] and "Expired news" not in editor[sitemap]
     assert "login" in anonymous["section-b", "status"][1]
+    assert {key: value[0] for key, value in manager.items() if key[1] == "status"} == dict.fromkeys(
+        (key for key in manager if key[1] == "status"), 200)
+    assert "111" in manager["/@@search?SearchableText=many&sort_on=sortable_title&b_start:int=10&path=/{site}/"
+                            + ROOT, "search-results-number"]
 
 
 # -- Collections: plone.app.querystring ------------------------------------------------------------
