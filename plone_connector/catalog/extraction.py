@@ -12,6 +12,7 @@ import datetime as dt
 import Missing
 from Acquisition import aq_base
 from DateTime import DateTime
+from DateTime.interfaces import DateTimeError
 from Products.PluginIndexes.util import datetime_to_minutes, safe_callable
 
 from .wire import index_date, index_scalar
@@ -275,13 +276,44 @@ QUERY_DATES = {
 }
 
 
+# Index types that read a query's text through DateTime (DateIndex._convert, DateRangeIndex's
+# datetime_to_minutes).
+QUERY_TEXT_AS_DATETIME = ("DateIndex", "DateRangeIndex")
+
+
 def query_value(index, value):
-    """A query value with its Python datetimes read as ``index`` reads them (its ``_convert``),
-    so that what goes on the wire is an instant the service reads the same way."""
-    convert = QUERY_DATES.get(getattr(index, "meta_type", None))
+    """A query value with its Python datetimes (and, for a DateIndex or DateRangeIndex, its text)
+    read as ``index`` reads them (its ``_convert``), so that what goes on the wire is an instant
+    the service reads the same way."""
+    meta_type = getattr(index, "meta_type", None)
+    convert = QUERY_DATES.get(meta_type)
     if convert is None:
         return value
-    return _convert_dates(value, lambda date: convert(index, date))
+    value = _convert_dates(value, lambda date: convert(index, date))
+    if meta_type in QUERY_TEXT_AS_DATETIME:
+        value = _query_terms(value, _text_as_datetime)
+    return value
+
+
+def _text_as_datetime(value):
+    # DateTime reads the forms ZCatalog takes, a zone-less one other than ISO 8601 ("2024/07/15
+    # 10:00") in the process's local zone; the service reads ISO 8601 only, zone-less as UTC.
+    if not isinstance(value, str) or not value.strip():
+        return value
+    try:
+        return DateTime(value)
+    except DateTimeError:
+        return value  # no date: refused by ZCatalog, and by the service (400)
+
+
+def _query_terms(value, convert):
+    """``convert`` applied to a query's values: the value, a list's items, a mapping's ``query``
+    and ``not`` (not its options, such as ``range``)."""
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [convert(v) for v in value]
+    if isinstance(value, dict) or (hasattr(value, "keys") and not isinstance(value, (str, bytes))):
+        return {k: _query_terms(value[k], convert) if k in ("query", "not") else value[k] for k in list(value.keys())}
+    return convert(value)
 
 
 def _convert_dates(value, convert):

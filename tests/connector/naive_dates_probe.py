@@ -46,6 +46,10 @@ VALUES = NAIVE + [
     dt.date(2024, 7, 15),
 ]
 
+# Query text, which both index types read through DateTime: a form other than ISO 8601 without a
+# zone in the local zone ("2024/07/15 10:00"), an ISO one as UTC.
+TEXT = ["2024/07/15 10:00", "2024/07/15 11:00", "2024/01/15 10:00:00", "2024/07/15", "2024-07-15 11:00"]
+
 
 def _is_datetime(value) -> bool:
     return isinstance(value, dt.datetime | DateTime)
@@ -70,6 +74,12 @@ def _queries(kind: str) -> list:
             found += [{"query": _later(value, -90), "range": "min"}, {"query": _later(value, 90), "range": "max"},
                       {"query": [_later(value, -30), _later(value, 30)], "range": "min:max"},
                       {"query": [value, dt.datetime(2000, 1, 1)], "not": value}]
+    for text in TEXT:
+        found.append(text)
+        if kind != "DateRangeIndex":
+            found += [{"query": text, "range": "min"}, {"query": text, "range": "max"},
+                      {"query": [text, "2024/12/31 23:00"], "range": "min:max"},
+                      {"query": [text, "2000/01/01"], "not": text}]
     return found
 
 
