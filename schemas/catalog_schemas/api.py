@@ -133,6 +133,17 @@ class Batch(Model):
     clear: bool = False
 
 
+class BatchAppend(Model):
+    """More changes of the transaction of a staged batch (``POST .../batches/{batch_id}/append``).
+
+    An entry replaces the staged entry of its uid, an unindex too, so the batch holds what one
+    staging of all its entries, the appended ones last, would hold. The batch keeps its ``clear``.
+    A transaction that queries while it changes many objects sends each change about once this
+    way, rather than its whole batch before every query."""
+
+    entries: list[IndexEntry | UnindexEntry] = Field(default_factory=list)
+
+
 class BatchResult(Model):
     batch_id: str
     state: Literal["staged", "committed", "aborted"]

@@ -218,6 +218,45 @@ def test_aborted_batch_leaves_nothing(admin, catalog):
     assert admin.post(f"/catalogs/{name}/batches/never-staged/commit").status_code == 404
 
 
+def test_appending_to_a_staged_batch(admin, catalog):
+    """A staged batch grows by appends; queries naming it see the union, an appended entry
+    replacing the staged one of its uid; only a staged batch can grow."""
+    name, _ = catalog
+    commit(admin, name, [entry("a", "/plone/a"), entry("b", "/plone/b", text="old words")])
+    r = admin.post(f"/catalogs/{name}/batches?stage=true", json={
+        "batch_id": "tx-3", "entries": [entry("c", "/plone/c", text="river"), {"op": "unindex", "uid": "a"}]})
+    assert r.status_code == 200
+    r = admin.post(f"/catalogs/{name}/batches/tx-3/append", json={"entries": [
+        entry("a", "/plone/moved/a"), {"op": "unindex", "uid": "c"}, entry("d", "/plone/d", text="river garden"),
+        entry("b", "/plone/b", text="garden")]})
+    assert r.status_code == 200 and r.json()["state"] == "staged", r.text
+    docs = {"portal_type": "Document"}
+    assert uids(query(admin, name, docs)) == ["a", "b"]  # nobody else sees it
+    seen = query(admin, name, {**docs, "sort_on": "path"}, batch_ids=["tx-3"])
+    assert [item["path"] for item in seen["items"]] == ["/plone/b", "/plone/d", "/plone/moved/a"]
+    assert sorted(uids(query(admin, name, {"SearchableText": "garden"}, batch_ids=["tx-3"]))) == ["b", "d"]
+    assert uids(query(admin, name, {"SearchableText": "old"}, batch_ids=["tx-3"])) == []
+    # A bad entry refuses the append whole: the batch stays as it was.
+    r = admin.post(f"/catalogs/{name}/batches/tx-3/append", json={"entries": [
+        {"op": "unindex", "uid": "b"}, {**entry("e", "/plone/e"), "values": {"nosuch": 1}}]})
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+    assert sorted(uids(query(admin, name, docs, batch_ids=["tx-3"]))) == ["a", "b", "d"]
+    r = admin.post(f"/catalogs/{name}/batches/tx-3/commit")
+    # a, b and d; the unindex of c, which the catalog never held, removes nothing.
+    assert r.status_code == 200 and (r.json()["applied"], r.json()["skipped_stale"]) == (3, 0), r.text
+    committed = query(admin, name, {**docs, "sort_on": "path"})
+    assert [item["path"] for item in committed["items"]] == ["/plone/b", "/plone/d", "/plone/moved/a"]
+    assert sorted(uids(query(admin, name, {"SearchableText": "river"}))) == ["d"]
+    # Only a staged batch grows, and the refusal says why.
+    for batch_id, status, says in (("tx-3", 409, "committed"), ("never-staged", 404, "stage it")):
+        r = admin.post(f"/catalogs/{name}/batches/{batch_id}/append", json={"entries": [entry("f", "/plone/f")]})
+        assert r.status_code == status and says in r.json()["detail"], r.text
+    admin.post(f"/catalogs/{name}/batches/tx-4/abort")
+    r = admin.post(f"/catalogs/{name}/batches/tx-4/append", json={"entries": []})
+    assert r.status_code == 409 and "aborted" in r.json()["detail"]
+    assert sorted(uids(query(admin, name, docs))) == ["a", "b", "d"]
+
+
 def test_partial_reindex_changes_only_named_indexes(admin, catalog):
     name, _ = catalog
     commit(admin, name, [entry("a", "/plone/a", subjects=["x"], title="Old")])

@@ -7,7 +7,7 @@ import asyncio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from catalog_schemas.api import Batch, BatchResolver, BatchResult, StagedBatch, StagedBatches
+from catalog_schemas.api import Batch, BatchAppend, BatchResolver, BatchResult, StagedBatch, StagedBatches
 
 from ..indexes.dateindex import DateRecurringIndex
 from ..metrics import BATCH_ENTRIES, BATCHES
@@ -50,12 +50,7 @@ async def post_batch(name: str, request: Request, stage: bool = Query(default=Fa
     async with state.db.acquire() as conn:
         catalog, counter = await _writable(conn, request, name)
         batches.check_batch(batch)
-        if len(batch.entries) <= INLINE_ENTRIES and not any(_recurring(catalog, e) for e in batch.entries):
-            changes = batches.convert(batch, catalog, state.settings.max_batch_entries)
-        else:
-            # In a thread: converting thousands of entries (text splitting, recurrence expansion)
-            # would hold the event loop, and every query of this worker with it.
-            changes = await asyncio.to_thread(batches.convert, batch, catalog, state.settings.max_batch_entries)
+        changes = await _converted(catalog, batch, state.settings.max_batch_entries)
         BATCH_ENTRIES.labels(name, "staged" if stage else "committed").inc(len(changes))
         async with conn.transaction():
             if stage:
@@ -70,8 +65,30 @@ async def post_batch(name: str, request: Request, stage: bool = Query(default=Fa
     return _answer(await with_lsn(state.db, result))
 
 
+@router.post("/{batch_id}/append", response_model=BatchResult, openapi_extra={**body_schema(BatchAppend), **HEADERS})
+async def append_batch(name: str, batch_id: str, request: Request):
+    """Add entries to a staged batch: each replaces the batch's entry for its uid."""
+    state = request.app.state
+    body = await read_body(request, BatchAppend)
+    async with state.db.acquire() as conn:
+        catalog, counter = await _writable(conn, request, name)
+        changes = await _converted(catalog, body, state.settings.max_batch_entries)
+        BATCH_ENTRIES.labels(name, "staged").inc(len(changes))
+        async with conn.transaction():
+            await batches.append(conn, catalog, batch_id, changes, state.settings.max_batch_entries)
+    return _answer(BatchResult(batch_id=batch_id, state="staged", applied=0, counter=counter))
+
+
 # Entries converted on the event loop: a few entries of plain values take well under a millisecond.
 INLINE_ENTRIES = 20
+
+
+async def _converted(catalog: Catalog, batch: Batch | BatchAppend, max_entries: int) -> list[batches.Change]:
+    if len(batch.entries) <= INLINE_ENTRIES and not any(_recurring(catalog, e) for e in batch.entries):
+        return batches.convert(batch, catalog, max_entries)
+    # In a thread: converting thousands of entries (text splitting, recurrence expansion) would
+    # hold the event loop, and every query of this worker with it.
+    return await asyncio.to_thread(batches.convert, batch, catalog, max_entries)
 
 
 def _recurring(catalog: Catalog, entry) -> bool:

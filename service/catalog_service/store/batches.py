@@ -1,7 +1,8 @@
 """Index batches: one ZODB transaction's catalog changes, staged, then committed or aborted.
 
 A batch is converted once (``convert``), collapsed to one change per object, and written to
-``catalog_staged``. Queries that name the batch overlay those rows on the catalog. Committing
+``catalog_staged``; appends add changes to it, each replacing the batch's change of its object
+(``append``). Queries that name the batch overlay those rows on the catalog. Committing
 applies them set-wise in one database transaction that also bumps the catalog's counter, so the
 new counter and the new rows become visible together. Commits of different objects run side by
 side; commits of the same object one after the other (docs/decisions/0009). Batch ids make every
@@ -18,7 +19,7 @@ from typing import Any
 import asyncpg
 import orjson
 
-from catalog_schemas.api import Batch, BatchResult, IndexEntry, UnindexEntry
+from catalog_schemas.api import Batch, BatchAppend, BatchResult, IndexEntry, UnindexEntry
 
 from ..errors import BadRequest, Conflict, LimitExceeded, NotFound
 from ..indexes import MISSING, BadValue
@@ -81,7 +82,7 @@ def _convert_index(entry: IndexEntry, catalog: Catalog) -> Change:
                   meta=dict(entry.metadata), idxs=names, meta_partial=entry.idxs is not None)
 
 
-def convert(batch: Batch, catalog: Catalog, max_entries: int) -> list[Change]:
+def convert(batch: Batch | BatchAppend, catalog: Catalog, max_entries: int) -> list[Change]:
     """Validate and convert a batch, collapsed to the last change per object."""
     if len(batch.entries) > max_entries:
         raise LimitExceeded(f"{len(batch.entries)} entries in one batch, at most {max_entries}")
@@ -206,20 +207,21 @@ async def one_shot_rows(conn: asyncpg.Connection, catalog: Catalog, batch_id: st
 INLINE_ROWS = 20
 
 
-def _staged_records(catalog: Catalog, batch: Batch, changes: list[Change], existing: dict,
-                    profile: StagedProfile) -> list[tuple]:
-    """The rows of catalog_staged for ``changes`` (rid None for new objects), the text profile
-    counted into ``profile``. ``existing``: the catalog's rows of the batch's objects, by uid."""
+def _staged_records(catalog: Catalog, batch_id: str, clear: bool, changes: list[Change], existing: dict,
+                    profile: StagedProfile, first_seq: int = 0) -> list[tuple]:
+    """The rows of catalog_staged for ``changes`` (rid None for new objects), numbered from
+    ``first_seq``, the text profile counted into ``profile``. ``existing``: the catalog's rows of
+    the batch's objects, by uid; ``clear``: the batch is a clear (they do not count then)."""
     text_names = catalog.text_indexes
     cell_names = [name for name in text_names if catalog.schema.indexes[name].has_cells]
     records = []
-    for seq, change in enumerate(changes):
+    for seq, change in enumerate(changes, first_seq):
         if change.op == "unindex":
-            records.append((catalog.id, batch.batch_id, seq, "unindex", change.uid, None, None, None, None,
+            records.append((catalog.id, batch_id, seq, "unindex", change.uid, None, None, None, None,
                             None, None, None, None, None, None, None, None, change.version))
             continue
         old = existing.get(change.uid)
-        if old is not None and change.idxs is None and not batch.clear:
+        if old is not None and change.idxs is None and not clear:
             # ZCTextIndex keeps an object's words when its new value is not text (None).
             kept = [n for n in text_names if n not in change.idx]
             if kept:
@@ -229,7 +231,7 @@ def _staged_records(catalog: Catalog, batch: Batch, changes: list[Change], exist
         # value: ZCTextIndex keeps the object's words then (as the full reindex above does).
         replaced = None if change.idxs is None else [
             n for n in change.idxs if n not in text_names or n in change.idx]
-        if change.idxs is None or old is None or batch.clear:
+        if change.idxs is None or old is None or clear:
             idx, meta = change.idx, change.meta
         else:
             idx = {k: v for k, v in orjson.loads(old["idx"]).items() if k not in replaced}
@@ -237,7 +239,7 @@ def _staged_records(catalog: Catalog, batch: Batch, changes: list[Change], exist
             meta = {**orjson.loads(old["meta"]), **change.meta}
         partial = change.idxs is not None
         records.append((
-            catalog.id, batch.batch_id, seq, "index", change.uid,
+            catalog.id, batch_id, seq, "index", change.uid,
             old["rid"] if old is not None else None,
             change.path, parent_of(change.path), len(components(change.path)),
             _allowed(idx), _dumps(_without(idx, text_names)), _dumps(_text_doc(idx, text_names, cell_names, profile)),
@@ -290,31 +292,91 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
             "where catalog_id = $1 and batch_id = $2",
             catalog.id, batch.batch_id, len(changes), batch.clear)
 
+    keep_profile = profile is None
+    profile = StagedProfile() if profile is None else profile
+    await _write_rows(conn, catalog, batch.batch_id, batch.clear, changes, rows, profile)
+    if catalog.text_indexes and keep_profile:
+        await conn.execute("update catalog_batch set profile = $3 where catalog_id = $1 and batch_id = $2",
+                           catalog.id, batch.batch_id, _dumps(profile.as_json()))
+    return "staged"
+
+
+async def append(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, changes: list[Change],
+                 max_entries: int) -> int:
+    """Add ``changes`` to the staged batch ``batch_id``; must run inside a transaction. A change
+    replaces the batch's staged change of its object (the connector sends an object's whole change
+    of the transaction again), so staging a batch and appending to it leaves the rows a single
+    staging of the union would. Returns the number of objects the batch now holds.
+
+    Only a staged batch grows: an unknown id is a 404 (nothing is created, so a later staging of the
+    id still works), a committed or aborted one a 409."""
+    # The catalog's lock comes before the batch's row (0009): read whether it is a clear first.
+    exclusive = bool(await conn.fetchval(
+        "select clear from catalog_batch where catalog_id = $1 and batch_id = $2", catalog.id, batch_id))
+    await lock_writes(conn, catalog, exclusive)
+    batch = await conn.fetchrow(
+        "select state, clear, entries, profile from catalog_batch where catalog_id = $1 and batch_id = $2 "
+        "for update", catalog.id, batch_id)
+    if batch is None:
+        raise NotFound(f"no staged batch {batch_id!r}: stage it before appending to it")
+    if batch["state"] != "staged":
+        raise Conflict(f"batch {batch_id!r} is {batch['state']}: only a staged batch can be appended to")
+    if batch["clear"] and not exclusive:
+        await lock_writes(conn, catalog, exclusive=True)  # staged again as a clear since it was read
+    replaced = await conn.fetch(
+        "delete from catalog_staged where catalog_id = $1 and batch_id = $2 and uid = any($3::text[]) "
+        "returning uid, op, rid, text::text as text", catalog.id, batch_id, [c.uid for c in changes])
+    entries = batch["entries"] - len(replaced) + len(changes)
+    if entries > max_entries:
+        raise LimitExceeded(f"{entries} entries in one batch, at most {max_entries}")
+    first_seq = await conn.fetchval(
+        "select coalesce(max(seq) + 1, 0) from catalog_staged where catalog_id = $1 and batch_id = $2",
+        catalog.id, batch_id)
+    added = StagedProfile()
+    # An object new to the catalog keeps the rid its earlier staged change gave it.
+    rids = {r["uid"]: r["rid"] for r in replaced if r["rid"] is not None}
+    await _write_rows(conn, catalog, batch_id, batch["clear"], changes, STAGED, added, first_seq, rids)
+    profile = _profile_from_json(batch["profile"]) if catalog.text_indexes else None
+    if profile is not None:
+        # The batch's profile counts its rows: add the new ones', take the replaced ones' away.
+        removed = _profile_of_rows(catalog, [r["text"] for r in replaced if r["op"] == "index"])
+        profile = _profile_sum(profile, added.counts(), removed)
+    # No profile kept (none staged, or staged before the schema had text indexes): a commit
+    # counts the rows themselves.
+    await conn.execute(
+        "update catalog_batch set entries = $3, profile = $4, created = now() "
+        "where catalog_id = $1 and batch_id = $2",
+        catalog.id, batch_id, entries, None if profile is None else _dumps(_profile_json(profile)))
+    return entries
+
+
+async def _write_rows(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, clear: bool,
+                      changes: list[Change], rows: str, profile: StagedProfile, first_seq: int = 0,
+                      rids: dict[str, int] | None = None) -> None:
+    """Convert ``changes`` to staged rows and copy them to ``rows``, their text profile counted
+    into ``profile``. New objects take their rid from ``rids`` (by uid) if there, else a new one."""
     uids = [c.uid for c in changes]
     existing = {
         r["uid"]: r
         for r in await conn.fetch(f"select uid, rid, (idx || text)::text as idx, meta::text as meta from {catalog.table} "
                                   f"where catalog_id = $1 and uid = any($2::text[])", catalog.id, uids)
     }
-    text_names = catalog.text_indexes
-    keep_profile = profile is None
-    profile = StagedProfile() if profile is None else profile
+    args = (catalog, batch_id, clear, changes, existing, profile, first_seq)
     if len(changes) > INLINE_ROWS:
         # Thousands of rows of JSON: in a thread, like the conversion (api/batches.py), so that the
         # worker's queries are not held meanwhile.
-        records = await asyncio.to_thread(_staged_records, catalog, batch, changes, existing, profile)
+        records = await asyncio.to_thread(_staged_records, *args)
     else:
-        records = _staged_records(catalog, batch, changes, existing, profile)
+        records = _staged_records(*args)
+    if rids:
+        records = [r[:5] + (rids.get(r[4]),) + r[6:] if r[3] == "index" and r[5] is None else r for r in records]
     missing_rids = [i for i, r in enumerate(records) if r[3] == "index" and r[5] is None]
     if missing_rids:
         # New objects get their rid now, so overlay queries and the commit agree on it.
-        rids = await conn.fetch("select nextval('catalog_rid_seq') as rid from generate_series(1, $1)",
-                                len(missing_rids))
-        for i, row in zip(missing_rids, rids, strict=True):
+        new_rids = await conn.fetch("select nextval('catalog_rid_seq') as rid from generate_series(1, $1)",
+                                    len(missing_rids))
+        for i, row in zip(missing_rids, new_rids, strict=True):
             records[i] = records[i][:5] + (row["rid"],) + records[i][6:]
-    if text_names and keep_profile:
-        await conn.execute("update catalog_batch set profile = $3 where catalog_id = $1 and batch_id = $2",
-                           catalog.id, batch.batch_id, _dumps(profile.as_json()))
     if records:
         schema_name, _, table_name = rows.rpartition(".")
         await conn.copy_records_to_table(
@@ -324,7 +386,6 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
             columns=["catalog_id", "batch_id", "seq", "op", "uid", "rid", "path", "parent", "depth", "allowed",
                      "idx", "text", "meta", "idxs", "delta_idx", "delta_text", "delta_meta", "version"],
         )
-    return "staged"
 
 
 async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows: str = STAGED,
@@ -537,6 +598,48 @@ def _profile_from_json(text: str | None) -> TextProfile | None:
     df = {(name, word): n for name, words in data["df"].items() for word, n in words.items()}
     found = {(name, w, fb, lb): n for name, entries in data["cells"].items() for w, fb, lb, n in entries}
     return docs, df, found
+
+
+def _profile_of_rows(catalog: Catalog, texts: list[str | None]) -> TextProfile:
+    """The text profile of staged rows from their ``text`` documents (as _text_doc made them)."""
+    cell_names = {name for name in catalog.text_indexes if catalog.schema.indexes[name].has_cells}
+    profile = StagedProfile()
+    for text in texts:
+        doc = orjson.loads(text) if text is not None else {}
+        for name in catalog.text_indexes:
+            words = doc.get(name)
+            if isinstance(words, list):
+                profile.add(name, words, doc.get(name + CELLS_SUFFIX) if name in cell_names else None)
+    return profile.counts()
+
+
+def _profile_sum(base: TextProfile, plus: TextProfile, minus: TextProfile) -> TextProfile:
+    """``base + plus - minus``, per key; keys that come to nothing are left out."""
+    def total(part: int) -> dict:
+        found: dict = Counter(base[part])
+        found.update(plus[part])
+        found.subtract(minus[part])
+        return {key: n for key, n in found.items() if n}
+
+    docs = {}
+    for name in set(base[0]) | set(plus[0]) | set(minus[0]):
+        counts = [base[0].get(name, (0, 0)), plus[0].get(name, (0, 0)), minus[0].get(name, (0, 0))]
+        d, w = (counts[0][i] + counts[1][i] - counts[2][i] for i in (0, 1))
+        if d or w:
+            docs[name] = (d, w)
+    return docs, total(1), total(2)
+
+
+def _profile_json(profile: TextProfile) -> dict:
+    """``profile`` in the form StagedProfile.as_json writes (and _profile_from_json reads)."""
+    docs, df, cells = profile
+    words: dict[str, dict[str, int]] = {}
+    for (name, word), n in df.items():
+        words.setdefault(name, {})[word] = n
+    found: dict[str, list] = {}
+    for (name, word, fb, lb), n in cells.items():
+        found.setdefault(name, []).append([word, fb, lb, n])
+    return {"docs": {name: list(dw) for name, dw in docs.items()}, "df": words, "cells": found}
 
 
 async def _text_profile(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, names: list[str],
