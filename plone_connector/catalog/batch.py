@@ -7,6 +7,13 @@ committed, before the commit returns; on abort it is discarded. Its id goes into
 ``transaction.extension["catalog_batch_ids"]`` as soon as the transaction has catalog changes, so a
 storage that records it lets the service resolve a batch a crash left staged.
 
+A query in the transaction stages the batch first, so that it sees the transaction's changes. After
+the first staging, only the entries changed since are sent, appended to the staged batch (each
+replaces the staged entry of its uid): a transaction that queries once per object it changes, as
+moving a folder does, sends each change about once instead of its whole batch before every query.
+The whole batch is staged again where an append cannot say what changed (a clear, a savepoint
+rollback that removed entries, a failed request).
+
 The staging goes through the client's background thread (one per process), and every other
 request of the process waits for that thread's requests first (``client.settle``), so requests
 reach the service in the order this process's transactions made them.
@@ -24,9 +31,10 @@ import transaction as transaction_module
 from transaction.interfaces import ISavepointDataManager
 from zope.interface import implementer
 
-from catalog_schemas.api import Batch
+from catalog_schemas.api import Batch, BatchAppend
 
 from . import client as client_module
+from .committed import batch_watch
 from .errors import CatalogServiceError, ServiceRejected, ServiceUnavailable
 
 logger = logging.getLogger("plone_connector.catalog")
@@ -70,6 +78,10 @@ def _apply_again(client, batch: PendingBatch) -> None:
         return
     logger.warning("catalog batch %s was aborted by a resolver after ZODB committed; applied again as %s",
                    batch.batch_id, model.batch_id)
+    # The catalog counter's mark in ZODB names the aborted id, which the service never reports
+    # committed: without this, every query of this process would wait for it in vain (about a
+    # second, again every GIVE_UP_SECONDS) and not be cached until the next catalog change.
+    batch_watch.committed(batch.batch_id)
 
 
 class PendingBatch:
@@ -84,6 +96,12 @@ class PendingBatch:
         # True once the service holds a staged copy; dirty when the copy is out of date.
         self.staged = False
         self.dirty = False
+        # What the staged copy holds (entries by uid, and its clear), or None where that is not
+        # known (nothing staged yet, a staging failed): the next staging sends the whole batch.
+        self._copy: dict[str, dict] | None = None
+        self._copy_clear = False
+        # Uids whose entries may differ from the staged copy's.
+        self._changed: set[str] = set()
 
     def __bool__(self) -> bool:
         return bool(self.entries) or self.clear
@@ -108,13 +126,16 @@ class PendingBatch:
                 previous["idxs"] = sorted(set(previous["idxs"]) | set(idxs))
             if metadata is not None:
                 previous["metadata"].update(metadata)
+        self._changed.add(uid)
         self.dirty = True
 
     def unindex(self, uid: str):
         self.entries[uid] = {"op": "unindex", "uid": uid, "version": self.version}
+        self._changed.add(uid)
         self.dirty = True
 
     def clear_all(self):
+        self._changed.update(self.entries)  # gone from the batch: the next staging sends it whole
         self.entries.clear()
         self.clear = True
         self.dirty = True
@@ -132,9 +153,65 @@ class PendingBatch:
 
     def restore(self, state):
         entries, clear = state
+        self._changed.update(self.entries)
+        self._changed.update(self._copy or ())
         self.entries = {uid: _copy_entry(e) for uid, e in entries.items()}
+        self._changed.update(self.entries)
         self.clear = clear
         self.dirty = True
+
+    def staging(self) -> Staging:
+        """What to send to make the staged copy this batch: the entries changed since the last
+        staging, or the whole batch where an append cannot say it (nothing staged yet, a clear
+        since, an entry gone by a savepoint rollback or a clear)."""
+        changed, self._changed = self._changed, set()
+        copy = self._copy
+        if copy is not None and self.clear == self._copy_clear and all(
+                uid in self.entries for uid in changed if uid in copy):
+            entries = self.entries
+            return Staging(self, {uid: _copy_entry(entries[uid]) for uid in sorted(changed)
+                                  if uid in entries and copy.get(uid) != entries[uid]}, whole=False)
+        return Staging(self, {uid: _copy_entry(e) for uid, e in self.entries.items()}, whole=True)
+
+    def _forget_copy(self) -> None:
+        self._copy = None
+        self._changed.clear()
+
+
+class Staging:
+    """One staging request of a batch: the whole batch, or the entries to append. The batch learns
+    what the staged copy holds once the request has succeeded (``landed``)."""
+
+    def __init__(self, batch: PendingBatch, entries: dict[str, dict], whole: bool):
+        self.batch = batch
+        self.entries = entries
+        self.whole = whole
+        self.clear = batch.clear
+
+    def __bool__(self) -> bool:
+        return self.whole or bool(self.entries)
+
+    def send(self, client) -> None:
+        batch = self.batch
+        if self.whole:
+            client.stage_batch(batch.catalog_id, Batch.model_validate(
+                {"batch_id": batch.batch_id, "entries": list(self.entries.values()), "clear": self.clear}))
+        else:
+            client.append_batch(batch.catalog_id, batch.batch_id,
+                                BatchAppend.model_validate({"entries": list(self.entries.values())}))
+
+    def landed(self) -> None:
+        batch = self.batch
+        batch.staged = True
+        if self.whole:
+            batch._copy, batch._copy_clear = self.entries, self.clear
+        elif batch._copy is not None:
+            batch._copy.update(self.entries)
+
+    def failed(self) -> None:
+        # The service may hold the old copy, the new one or none: send the whole batch next time.
+        self.batch._copy = None
+        self.batch.dirty = True
 
 
 def _copy_entry(entry: dict) -> dict:
@@ -159,7 +236,7 @@ class BatchDataManager:
         # wait for it, so it is staged and committed even if a savepoint rollback emptied it.
         self.marked = False
         # The staging sent in the background at tpc_begin, until tpc_vote waits for it.
-        self._staging: Future | None = None
+        self._staging: tuple[Staging, Future] | None = None
 
     # The ZODB connections finish first: a crash between their finish and ours leaves a staged
     # batch whose transaction committed, which the service resolves; the reverse order could
@@ -172,26 +249,33 @@ class BatchDataManager:
         return self.batch.dirty and bool(self.batch or self.batch.staged or self.marked)
 
     def _await_staging(self) -> None:
-        future, self._staging = self._staging, None
-        if future is None:
+        pending, self._staging = self._staging, None
+        if pending is None:
             return
+        staging, future = pending
         try:
             future.result()
         except BaseException:
-            self.batch.dirty = True  # not staged: send it again if anyone asks
+            staging.failed()  # not staged: send it again if anyone asks
             raise
-        self.batch.staged = True
+        staging.landed()
 
     def stage(self):
-        """Send the batch as staged (again, replacing the staged copy) if it changed."""
+        """Bring the staged copy up to date (stage the batch, or append its changes) if it changed."""
         self._await_staging()
         if self.schema_update is not None:
             pending, self.schema_update = self.schema_update, None
             update = pending["tool"].schema_update(pending["remove_indexes"], pending["remove_metadata"])
             self.client.update_schema(self.batch.catalog_id, update)
         if self._needs_staging():
-            self.client.stage_batch(self.batch.catalog_id, self.batch.to_model())
-            self.batch.staged = True
+            staging = self.batch.staging()
+            if staging:
+                try:
+                    staging.send(self.client)
+                except BaseException:
+                    staging.failed()
+                    raise
+            staging.landed()
         self.batch.dirty = False
 
     # -- ISavepointDataManager -------------------------------------------------------------
@@ -207,9 +291,10 @@ class BatchDataManager:
         # while the ZODB storages store and vote (they sort before us); tpc_vote waits for it and
         # sends it again if it changed since. A schema change is sent in tpc_vote, from this thread.
         if self.schema_update is None and self._needs_staging():
-            model = self.batch.to_model()
+            staging = self.batch.staging()
             self.batch.dirty = False
-            self._staging = client_module.in_background(self.client.stage_batch, self.batch.catalog_id, model)
+            if staging:
+                self._staging = (staging, client_module.in_background(staging.send, self.client))
 
     def commit(self, txn):
         pass
@@ -259,6 +344,7 @@ class BatchDataManager:
         batch.staged = False
         batch.entries.clear()
         batch.clear = False
+        batch._forget_copy()
 
 
 class BatchSavepoint:
