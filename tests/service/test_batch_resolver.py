@@ -46,7 +46,7 @@ def test_staged_batches_are_listed_oldest_first_for_the_catalogs_own_client(live
                params={"older_than": 3600}).json() == {"batches": []}
     limited = get(live_service, f"/catalogs/{name}/batches/staged", token=token, params={"limit": 1})
     assert [b["batch_id"] for b in limited.json()["batches"]] == [first]
-    for params in ({"older_than": -1}, {"limit": 0}, {"limit": 1001}):
+    for params in ({"older_than": -1}, {"older_than": "inf"}, {"older_than": 1e300}, {"limit": 0}, {"limit": 1001}):
         refused = get(live_service, f"/catalogs/{name}/batches/staged", token=token, params=params)
         assert refused.status_code == 422, refused.text
     # Another catalog's token, and no token, get nothing.

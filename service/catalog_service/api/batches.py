@@ -123,8 +123,12 @@ async def abort_batch(name: str, batch_id: str, request: Request):
 
 # Resolution of batches left staged by crashed clients (docs/decisions/0011): a client that reads
 # the outcome of its transactions itself lists its expired batches and commits or aborts them.
+# ``older_than`` at most a century: PostgreSQL's intervals and timestamps overflow not far beyond.
+MAX_AGE = 100 * 365.25 * 86400
+
+
 @router.get("/staged", response_model=StagedBatches, openapi_extra=HEADERS)
-async def list_staged(name: str, request: Request, older_than: float = Query(default=0.0, ge=0.0),
+async def list_staged(name: str, request: Request, older_than: float = Query(default=0.0, ge=0.0, le=MAX_AGE),
                       limit: int = Query(default=100, ge=1, le=1000)):
     """The catalog's batches staged more than ``older_than`` seconds ago, oldest first."""
     async with request.app.state.db.acquire() as conn:
