@@ -33,6 +33,7 @@ from catalog_schemas.api import (
     SearchRequest,
     SearchResult,
     StagedBatches,
+    TextIndexSize,
     UniqueValues,
 )
 
@@ -249,14 +250,23 @@ class CatalogClient:
         )
         return SearchResult.model_validate(data)
 
-    def unique_values(self, catalog_id: str, index: str, batch_ids=(), lengths: bool = False) -> UniqueValues:
+    def unique_values(self, catalog_id: str, index: str, batch_ids=(), lengths: bool = False,
+                      attribute: str | None = None) -> UniqueValues:
         """The index's distinct values, seeing the staged ``batch_ids``; with ``lengths``, the
-        number of objects per value and in all."""
+        number of objects per value and in all; ``attribute``: a DateRangeIndex's since or until."""
         params = {"batch_id": list(batch_ids)}
         if lengths:
             params["lengths"] = "true"
+        if attribute is not None:
+            params["attribute"] = attribute
         data = self._send("GET", self._catalog_path(catalog_id, "unique", index), params=params)
         return UniqueValues.model_validate(data)
+
+    def text_index_size(self, catalog_id: str, index: str, batch_ids=()) -> TextIndexSize:
+        """A ZCTextIndex's distinct words and documents, seeing the staged ``batch_ids``."""
+        data = self._send("GET", self._catalog_path(catalog_id, "words", index),
+                          params={"batch_id": list(batch_ids)})
+        return TextIndexSize.model_validate(data)
 
     def verify(self, catalog_id: str, entries: list[dict]) -> dict[str, dict]:
         """Per uid: whether the service holds it, and which indexes and metadata differ."""

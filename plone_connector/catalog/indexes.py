@@ -6,9 +6,11 @@ type filter (``_catalog.getIndex("portal_type").uniqueValues()``), the Keywords 
 Subject index's ``_index``, or ``uniqueValues`` and ``_apply_index`` of ``_catalog.indexes``), the
 type control panels (``Indexes["portal_type"].uniqueValues(withLengths=True)``), plone.app.uuid
 (``Indexes["UID"]._index.get(uuid)``, then ``getpath(rid)``), plone.app.multilingual
-(``numObjects()``). ``ServiceCatalog``, the class of the tool's ``_catalog``, hands its index
-objects out in proxies (zope.proxy) that answer those reads from the service, seeing the
-transaction's pending changes as the tool's searches do. Everything else (``meta_type``,
+(``numObjects()``); the ZMI's index list reads every index's ``numObjects`` and ``indexSize``.
+``ServiceCatalog``, the class of the tool's ``_catalog``, hands its index objects out in proxies
+(zope.proxy) that answer those reads from the service for every index type as ZCatalog's index
+classes answer them (or raise), seeing the transaction's pending changes as the tool's searches
+do. Everything else (``meta_type``,
 properties, the interfaces adapters are looked up by, writes) reaches the index object itself.
 """
 
@@ -25,6 +27,7 @@ from zope.proxy import ProxyBase, non_overridable
 
 # Index types whose values the service lists (unique_values_sql), as ZCatalog's UnIndex does.
 VALUE_INDEXES = ("FieldIndex", "KeywordIndex", "UUIDIndex", "DateIndex", "DateRecurringIndex")
+PATH_INDEXES = ("ExtendedPathIndex", "PathIndex")
 # Index types that store nothing (plone.folder's GopipIndex): their own answers are right.
 STUB_INDEXES = ("GopipIndex",)
 
@@ -66,6 +69,12 @@ def service_index(index, tool):
         return ValueIndexView(index, tool)
     if meta_type == "BooleanIndex":
         return BooleanIndexView(index, tool)
+    if meta_type in PATH_INDEXES:
+        return PathIndexView(index, tool)
+    if meta_type == "DateRangeIndex":
+        return DateRangeIndexView(index, tool)
+    if meta_type == "ZCTextIndex":
+        return TextIndexView(index, tool)
     return IndexView(index, tool)
 
 
@@ -232,6 +241,73 @@ class BooleanIndexView(IndexView):
     @non_overridable
     def numObjects(self):
         return self._tool._unique_values(self.getId(), lengths=True).objects
+
+
+class PathIndexView(IndexView):
+    """ZCatalog's PathIndex and ExtendedPathIndex list the components of the indexed paths (at any
+    level), ExtendedPathIndex with its None terminator first."""
+
+    __slots__ = ()
+
+    @non_overridable
+    def uniqueValues(self, name=None, withLengths=0):
+        # A generator, as PathIndex.uniqueValues is: nothing is read (or raised) before iterating.
+        if name not in (None, self.getId(), "getPhysicalPath"):
+            return
+        if not withLengths:
+            yield from self._tool._unique_values(self.getId()).values
+            return
+        found = self._tool._unique_values(self.getId(), lengths=True)
+        if self.meta_type == "ExtendedPathIndex" and found.values:
+            # Its withLengths counts each key with PathIndex's _search, which fails on the None
+            # key every indexed object has (Products.ExtendedPathIndex 4.x): the same error.
+            raise TypeError("'NoneType' object is not subscriptable")
+        yield from zip(found.values, found.lengths, strict=True)
+
+    @non_overridable
+    def numObjects(self):
+        return self._tool._unique_values(self.getId(), lengths=True).objects
+
+    @non_overridable
+    def indexSize(self):
+        return self.numObjects()  # PathIndex counts objects in its length too
+
+
+class DateRangeIndexView(IndexView):
+    """ZCatalog's DateRangeIndex indexes every object (numObjects), never counts its length
+    (indexSize is 0), and lists values only for its since and until attribute names."""
+
+    __slots__ = ()
+
+    @non_overridable
+    def uniqueValues(self, name=None, withLengths=0):
+        # A generator, as DateRangeIndex.uniqueValues is.
+        if name not in (self.getSinceField(), self.getUntilField()):
+            return
+        found = self._tool._unique_values(self.getId(), bool(withLengths), attribute=name)
+        if withLengths:
+            yield from zip(found.values, found.lengths, strict=True)
+        else:
+            yield from found.values
+
+    @non_overridable
+    def numObjects(self):
+        return self._tool._unique_values(self.getId(), lengths=True).objects
+
+
+class TextIndexView(IndexView):
+    """ZCTextIndex: numObjects counts distinct words, indexSize documents (its uniqueValues
+    raises NotImplementedError, as the index object's own does)."""
+
+    __slots__ = ()
+
+    @non_overridable
+    def numObjects(self):
+        return self._tool._text_index_size(self.getId()).words
+
+    @non_overridable
+    def indexSize(self):
+        return self._tool._text_index_size(self.getId()).documents
 
 
 class ForwardIndex(Mapping):

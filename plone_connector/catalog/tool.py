@@ -43,7 +43,7 @@ from .client import get_client
 from .committed import CatalogBatchMark, batch_watch, until_complete
 from .errors import ServiceRejected
 from .extraction import NOT_INDEXED, index_value, metadata_value, query_value
-from .indexes import BooleanIndexView, ValueIndexView, definition, service_index
+from .indexes import definition, service_index
 from .schema import KNOWN_VALUE_TYPES, TYPED_INDEXES, declarations, wire_value_type
 
 logger = logging.getLogger("plone_connector.catalog")
@@ -526,8 +526,21 @@ class ServiceCatalogTool(CatalogTool):
 
     # -- index data (for the proxies of indexes.py) ----------------------------------------
 
-    def _unique_values(self, name: str, lengths: bool = False):
+    def _unique_values(self, name: str, lengths: bool = False, attribute: str | None = None):
         """The service's unique values of index ``name`` as this transaction sees them."""
+        return self._index_read(("unique values", name, lengths, attribute),
+                                lambda client, catalog_id, batch_ids:
+                                client.unique_values(catalog_id, name, batch_ids, lengths, attribute))
+
+    def _text_index_size(self, name: str):
+        """The distinct words and documents of ZCTextIndex ``name`` as this transaction sees them."""
+        return self._index_read(("text index size", name),
+                                lambda client, catalog_id, batch_ids:
+                                client.text_index_size(catalog_id, name, batch_ids))
+
+    def _index_read(self, what: tuple, fetch):
+        """``fetch(client, catalog_id, batch_ids)``: index data read as this transaction sees it,
+        cached as searches are."""
         processQueue()
         client = self._client()
         catalog_id = self.catalog_id()
@@ -537,13 +550,13 @@ class ServiceCatalogTool(CatalogTool):
         if batch_ids:
             cache = transaction_memo()
             counter = (tuple(batch_ids), cache.changes)
-        key = (catalog_id, counter, "unique values", name, lengths)
+        key = (catalog_id, counter, *what)
         cached = cache.get(key)
         if cached is not None:
             return cached
         pending = [i for i in batch_watch.pending(marked) if i not in batch_ids]
         complete = self._await_marked(client, catalog_id, pending)
-        found = client.unique_values(catalog_id, name, batch_ids, lengths)
+        found = fetch(client, catalog_id, batch_ids)
         if complete:
             cache.put(key, found)
         return found
@@ -569,11 +582,9 @@ class ServiceCatalogTool(CatalogTool):
     def uniqueValuesFor(self, name):
         if name not in self._catalog.indexes:
             raise KeyError(name)  # as ZCatalog's (its getIndex looks the name up)
-        index = service_index(definition(self._catalog, name), self)
-        if isinstance(index, (ValueIndexView, BooleanIndexView)):
-            return tuple(index.uniqueValues())
-        # The service answers which other index types list values (404: none do).
-        return tuple(self._unique_values(name).values)
+        # As ZCatalog's: whatever the index's uniqueValues answers or raises (a ZCTextIndex's
+        # raises NotImplementedError, a GopipIndex has none: AttributeError).
+        return tuple(service_index(definition(self._catalog, name), self).uniqueValues())
 
     def _brain_for_path(self, path):
         results = self.unrestrictedSearchResults(path={"query": path, "depth": 0})
