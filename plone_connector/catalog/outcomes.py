@@ -149,6 +149,12 @@ def watch(tool) -> None:
     _wake.set()  # a first run now: the service learns soon that this catalog's client resolves
 
 
+def unwatch(catalog_id: str) -> None:
+    """Stop resolving the batches of a catalog (dropped at uninstall)."""
+    with _lock:
+        _watched.pop(catalog_id, None)
+
+
 def _resolver_loop() -> None:
     from .client import CatalogClient, get_client
 

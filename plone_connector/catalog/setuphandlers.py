@@ -13,12 +13,14 @@ from __future__ import annotations
 import logging
 import os
 
+import transaction
 from Acquisition import aq_base, aq_inner, aq_parent
 from Products.CMFPlone.CatalogTool import CatalogTool
 from Products.ZCatalog.Catalog import Catalog
 
 from catalog_schemas.api import CatalogCreate
 
+from . import outcomes
 from .client import get_client
 from .errors import ServiceRejected
 from .indexes import ServiceCatalog
@@ -146,16 +148,40 @@ def ensure_service_catalog(tool, value_types: dict | None = None) -> None:
 
 
 def uninstall_service_catalog(portal) -> CatalogTool:
+    """Put a ZCatalog back, rebuilt from ZODB; the site's catalog in the service is dropped once
+    this transaction has committed (docs/connector.md: nothing keeps it up to date any more)."""
     current = getattr(portal, TOOL_ID)
     if not isinstance(aq_base(current), ServiceCatalogTool):
         return current
+    catalog_id = current.catalog_id()
     old = aq_base(current)
     tool = _swap(portal, CatalogTool())
     _transfer(old, tool)
     _keep_counter(old, tool)
     _set_toolset(portal, PLONE_TOOL_CLASS)
     tool.clearFindAndRebuild()
+    # Only after the commit: an aborted uninstall leaves the site on the service's catalog.
+    transaction.get().addAfterCommitHook(_drop_service_catalog, args=(catalog_id,))
     return tool
+
+
+def _drop_service_catalog(committed: bool, catalog_id: str) -> None:
+    if not committed:
+        return
+    outcomes.unwatch(catalog_id)  # its staged batches go with it
+    try:
+        get_client().drop_catalog(catalog_id)
+    except ServiceRejected as exc:
+        if exc.status == 404:  # dropped already
+            return
+        # A 403: the connector holds the catalog's own credential, and dropping needs the admin's.
+        logger.warning("uninstalled, but could not drop catalog %s in the catalog service (%s); "
+                       "drop it with the admin credential: DELETE /catalogs/%s", catalog_id, exc, catalog_id)
+    except Exception:
+        # The uninstall is committed; the service's catalog is only left over.
+        logger.exception("uninstalled, but could not drop catalog %s in the catalog service", catalog_id)
+    else:
+        logger.info("dropped catalog %s in the catalog service", catalog_id)
 
 
 def upgrade_index_views(context):

@@ -1,4 +1,5 @@
-"""Uninstalling the connector gives the site a stock ZCatalog again, rebuilt from ZODB."""
+"""Uninstalling the connector gives the site a stock ZCatalog again, rebuilt from ZODB, and drops
+the site's catalog in the service once the uninstall has committed."""
 
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ def test_uninstall_restores_a_zcatalog_that_answers_as_before(plone_sites):
     from Products.CMFPlone.factory import addPloneSite
     from zope.component import getUtility
 
-    from plone_connector.catalog.setuphandlers import PLONE_TOOL_CLASS
+    from plone_connector.catalog.client import get_client
+    from plone_connector.catalog.errors import ServiceRejected
+    from plone_connector.catalog.setuphandlers import PLONE_TOOL_CLASS, uninstall_service_catalog
     from plone_connector.catalog.tool import ServiceCatalogTool
 
     with zope.zopeApp() as app:
@@ -86,8 +89,17 @@ def test_uninstall_restores_a_zcatalog_that_answers_as_before(plone_sites):
             site = app[SITE]
             setSite(site)
             zope.login(app["acl_users"], SITE_OWNER_NAME)
+            catalog_id = site.portal_catalog.catalog_id()
+            # An uninstall that does not commit leaves the service's catalog to the site.
+            uninstall_service_catalog(site)
+            transaction.abort()
+            assert get_client().get_catalog(catalog_id).objects == len(before["all"])
             assert get_installer(site).uninstall_product("plone_connector")
             transaction.commit()
+        # Committed, the uninstall drops the catalog in the service (nothing keeps it up to date).
+        with pytest.raises(ServiceRejected) as dropped:
+            get_client().get_catalog(catalog_id)
+        assert dropped.value.status == 404
 
         with zope.zopeApp() as app:
             site = app[SITE]
