@@ -138,6 +138,14 @@ def pack_history_preserving(dsn: str, pack_tid: int, gc: bool) -> list[tuple[byt
             removed += dead
             gone = sorted({zoid for zoid, _tid, _blob in dead})
             conn.execute("delete from zodb_object_state where zoid = any(%s)", (gone,))
+            if gone:
+                # As in history-free packs: a new gc_tid empties other processes' caches at their
+                # next poll, and makes instances older than it check that new references do not
+                # point at removed objects.
+                conn.execute(
+                    "update zodb_commit set tid = greatest(tid + 1, zodb_now_tid()),"
+                    " gc_tid = greatest(tid + 1, zodb_now_tid())"
+                )
         conn.execute("update zodb_transaction set packed = true where tid <= %s and not packed", (pack_tid,))
         conn.execute(
             """delete from zodb_transaction t where t.tid <= %s

@@ -155,10 +155,16 @@ def test_pack_while_writers_commit_never_removes_a_live_object(storage, storage_
     db.close()
 
 
+@pytest.mark.parametrize("history_preserving", [False, True])
 @pytest.mark.parametrize("new_transaction_after_pack", [False, True])
-def test_relinking_an_object_removed_by_pack_is_refused(storage, storage_dsn, new_transaction_after_pack):
+def test_relinking_an_object_removed_by_pack_is_refused(
+    storage_dsn, hp_storage_dsn, tmp_path, new_transaction_after_pack, history_preserving
+):
+    dsn = hp_storage_dsn if history_preserving else storage_dsn
+    storage = JsonbStorage(dsn, history_preserving=history_preserving, blob_dir=str(tmp_path / "blobs"))
+    storage.cleanup()
     db1 = ZODB.DB(storage)
-    db2 = ZODB.DB(JsonbStorage(storage_dsn))
+    db2 = ZODB.DB(JsonbStorage(dsn, history_preserving=history_preserving))
     try:
         tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
         c1 = db1.open(tm1)
