@@ -97,7 +97,13 @@ def declaration(index, value_type: str | None = None) -> IndexDeclaration:
         _check_plone_lexicon(index)
         fields["indexed_attrs"] = list(index.getIndexSourceNames())
         fields["lexicon_id"] = getattr(index, "lexicon_id", None)
-        fields["index_type"] = getattr(index, "_index_type", "Okapi BM25 Rank")
+        # getIndexType() names the class when the index was made with an index_factory.
+        index_type = index.getIndexType()
+        if index_type not in ("Okapi BM25 Rank", "OkapiIndex"):
+            raise ServiceRejected(
+                f"index {index.getId()!r}: the catalog service ranks text only as ZCTextIndex's"
+                f" 'Okapi BM25 Rank' does, not as {index_type!r}")
+        fields["index_type"] = "Okapi BM25 Rank"
     if meta_type in ("ExtendedPathIndex", "PathIndex"):
         attrs = getattr(index, "indexed_attrs", None)
         if attrs:

@@ -8,7 +8,9 @@ import pytest
 from Products.CMFPlone.UnicodeSplitter.splitter import I18NNormalizer
 from Products.CMFPlone.UnicodeSplitter.splitter import Splitter as PloneSplitter
 from Products.ZCatalog.ZCatalog import ZCatalog
+from Products.ZCTextIndex.CosineIndex import CosineIndex
 from Products.ZCTextIndex.Lexicon import CaseNormalizer, Splitter, StopWordRemover
+from Products.ZCTextIndex.OkapiIndex import OkapiIndex
 from Products.ZCTextIndex.ZCTextIndex import PLexicon, ZCTextIndex
 
 from plone_connector.catalog.errors import ServiceRejected
@@ -42,5 +44,16 @@ def test_other_lexicons_are_refused(elements):
 
 def test_cosine_measure_is_refused():
     catalog = _catalog_with("Title", "plone_lexicon", "Cosine Measure", PloneSplitter(), I18NNormalizer())
-    with pytest.raises(ValueError, match="Okapi BM25 Rank"):
+    with pytest.raises(ServiceRejected, match="Okapi BM25 Rank"):
         declaration(catalog._catalog.getIndex("Title"))
+
+
+def test_an_index_made_with_an_index_factory_is_declared_by_its_ranking():
+    catalog = ZCatalog("portal_catalog")
+    catalog._setObject("plone_lexicon", PLexicon("plone_lexicon", "", PloneSplitter(), I18NNormalizer()))
+    extra = SimpleNamespace(doc_attr="x", lexicon_id="plone_lexicon")
+    catalog.addIndex("Cos", ZCTextIndex("Cos", extra=extra, caller=catalog, index_factory=CosineIndex))
+    catalog.addIndex("Ok", ZCTextIndex("Ok", extra=extra, caller=catalog, index_factory=OkapiIndex))
+    with pytest.raises(ServiceRejected, match="CosineIndex"):
+        declaration(catalog._catalog.getIndex("Cos"))
+    assert declaration(catalog._catalog.getIndex("Ok")).index_type == "Okapi BM25 Rank"
