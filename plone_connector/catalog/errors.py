@@ -28,3 +28,12 @@ class ServiceRejected(CatalogServiceError):
 
 class CatalogNotFound(ServiceRejected):
     """The site's catalog does not exist in the service."""
+
+
+class UnmergedResultsUnsupported(NotImplementedError):
+    """``search(..., merge=0)`` or ``searchResults(_merge=False)`` of a sorted or relevance-ranked
+    query: ZCatalog then answers its raw result records, (sort key or score, rid,
+    ``_catalog.__getitem__``) tuples, for ``Products.ZCatalog.Catalog.mergeResults`` to merge the
+    results of several catalogs (other unmerged queries get brains, from ZCatalog and the
+    connector alike). No installed Plone package asks for records, and the service keeps none of
+    ZCatalog's sort keys; ask for brains (the default) instead."""

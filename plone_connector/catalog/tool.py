@@ -41,7 +41,7 @@ from .brains import BrainRecord, CatalogBrain, LazyResults
 from .cache import query_cache, transaction_memo
 from .client import get_client
 from .committed import CatalogBatchMark, batch_watch, until_complete
-from .errors import ServiceRejected
+from .errors import ServiceRejected, UnmergedResultsUnsupported
 from .extraction import NOT_INDEXED, index_value, metadata_value, query_value
 from .indexes import definition, service_index
 from .schema import KNOWN_VALUE_TYPES, TYPED_INDEXES, declarations, wire_value_type
@@ -454,7 +454,7 @@ class ServiceCatalogTool(CatalogTool):
             kw.pop("sort_on", None)
         else:
             kw["sort_on"] = sort_on
-        merged = _merge_query(query, kw)
+        merged = self._query_of(query, kw)
         # effectiveRange (when due) is already in the query, so the service must not add its own.
         return self._service_search(merged, principals, show_inactive=True)
 
@@ -465,11 +465,11 @@ class ServiceCatalogTool(CatalogTool):
     @security.private
     def unrestrictedSearchResults(self, REQUEST=None, **kw):
         processQueue()
-        return self._service_search(_merge_query(REQUEST, kw), None, show_inactive=True)
+        return self._service_search(self._query_of(REQUEST, kw), None, show_inactive=True)
 
     @security.private
     def _unrestrictedSearchResults(self, REQUEST=None, **kw):
-        query = _merge_query(REQUEST, kw)
+        query = self._query_of(REQUEST, kw)
         if self._is_new_unmentioned_subtree(query):
             return LazyResults(None, None, [], 0, 0, 0, 1)
         return self._service_search(query, None, show_inactive=True)
@@ -505,9 +505,28 @@ class ServiceCatalogTool(CatalogTool):
                 return False
         return True
 
+    def _query_of(self, query, kw: dict) -> dict:
+        """The query of a searchResults call. ZCatalog's Catalog.searchResults takes ``_merge`` as
+        an argument (a query key named so is only a query key)."""
+        unmerged = not kw.pop("_merge", True)
+        merged = _merge_query(query, kw)
+        if unmerged:
+            self._refuse_records(merged, "searchResults(_merge=False)",
+                                 sorted_=bool(merged.get("sort_on") or merged.get("sort-on")))
+        return merged
+
+    def _refuse_records(self, query, call: str, sorted_: bool) -> None:
+        """Unmerged, ZCatalog answers brains too, unless it sorts or scores by relevance: then it
+        gives its result records, which the service cannot (errors.UnmergedResultsUnsupported)."""
+        text = [name for name in query if getattr(self._catalog.indexes.get(name), "meta_type", None) == "ZCTextIndex"]
+        if sorted_ or text:
+            raise UnmergedResultsUnsupported(
+                f"{call} with {'a sort' if sorted_ else 'a text query'}: ZCatalog answers its raw result "
+                f"records, which the service catalog does not have; ask for brains (merged results)")
+
     def search(self, query, sort_index=None, reverse=0, limit=None, merge=1):
         if not merge:
-            raise NotImplementedError("search(merge=0) returns ZCatalog internals the service does not have")
+            self._refuse_records(query, "search(merge=0)", sorted_=sort_index is not None)
         query = dict(query)
         if sort_index is not None:
             query["sort_on"] = sort_index
