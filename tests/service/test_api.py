@@ -587,6 +587,11 @@ def test_path_values_and_text_sizes_see_staged_batches(admin, catalog):
     # A DateRangeIndex lists no values but holds every object.
     dates = admin.get(f"/catalogs/{name}/unique/effectiveRange", params={"lengths": "true"}).json()
     assert (dates["values"], dates["objects"]) == ([], 2)
+    # Values per attribute: a DateRangeIndex's since and until only.
+    bounds = admin.get(f"/catalogs/{name}/unique/effectiveRange", params={"attribute": "effective"})
+    assert bounds.status_code == 200 and bounds.json()["values"] == []
+    wrong = admin.get(f"/catalogs/{name}/unique/portal_type", params={"attribute": "portal_type"})
+    assert wrong.status_code == 400 and "DateRangeIndex" in wrong.json()["detail"]
 
 
 def test_search_get_forms(live_service, admin, catalog):
