@@ -1,8 +1,9 @@
 """The HTTP client of the catalog service: one keep-alive pool per process, timeouts, retries.
 
 Only idempotent calls are retried: queries, reads, staging (the same batch id replaces the staged
-batch), commit and abort (both idempotent by contract). Creating a catalog is not retried. The
-timeout bounds a whole call, retries included: a page waits at most that long for one request.
+batch), appending to a staged batch (an entry replaces the staged one of its uid), commit and abort
+(both idempotent by contract). Creating a catalog is not retried. The timeout bounds a whole call,
+retries included: a page waits at most that long for one request.
 
 Some requests are sent in the background (``in_background``: staging while the ZODB storages store
 and vote), by one thread per process in the order they were handed over. Every other request
@@ -26,6 +27,7 @@ import httpx
 
 from catalog_schemas.api import (
     Batch,
+    BatchAppend,
     BatchResult,
     CatalogCreate,
     CatalogInfo,
@@ -202,6 +204,12 @@ class CatalogClient:
             body=batch.model_dump(exclude_none=True),
             params={"stage": "true"},
         )
+        return BatchResult.model_validate(data)
+
+    def append_batch(self, catalog_id: str, batch_id: str, append: BatchAppend) -> BatchResult:
+        """Add entries to a staged batch; each replaces the batch's entry for its uid."""
+        data = self._send("POST", self._catalog_path(catalog_id, "batches", batch_id, "append"),
+                          body=append.model_dump(exclude_none=True))
         return BatchResult.model_validate(data)
 
     def apply_batch(self, catalog_id: str, batch: Batch) -> BatchResult:

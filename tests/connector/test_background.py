@@ -85,8 +85,9 @@ def test_a_refused_background_staging_fails_the_commit(remove_created, monkeypat
 
 def test_changes_made_after_tpc_begin_are_staged_again_at_vote(remove_created, monkeypatch):
     """A data manager that changes the catalog during the commit, after ours began (rare; the
-    indexing queue runs before the commit): the vote sends the newer batch."""
+    indexing queue runs before the commit): the vote sends the change, appended to the batch."""
     stages = Recorded(monkeypatch, "stage_batch")
+    appends = Recorded(monkeypatch, "append_batch")
 
     class LateIndexer:
         def __init__(self, site):
@@ -120,7 +121,8 @@ def test_changes_made_after_tpc_begin_are_staged_again_at_vote(remove_created, m
     with on_site(CONNECTED) as site:
         api.content.create(container=site, type="Document", id="bg-late", title="Before")
         transaction.get().join(LateIndexer(site))
-    assert len(stages.threads) == 2  # at tpc_begin, and again at tpc_vote
+    assert len(stages.threads) == 1  # at tpc_begin, in the background
+    assert len(appends.threads) == 1  # the late change, at tpc_vote
     client_module.settle()
     with on_site(CONNECTED, commit=False) as site:
         # The batch's late change (not a ZODB change, so verify would call it drift) arrived.
