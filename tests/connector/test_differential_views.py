@@ -5,14 +5,16 @@ them, in one content tree (nested folders, private and published items, exclude_
 expired and a not yet effective item, a default page, a navigation root, events, a link, a file,
 a related item) given to both sites with the same UIDs and dates:
 
-- breadcrumbs, the global navigation, the navigation portlet and @@sitemap, as rendered pages
-  through the publisher (the test browser), anonymous and as several users;
+- breadcrumbs, the global navigation, the navigation portlet, @@sitemap, folder listings,
+  Collection pages, event listings and the search page, rendered through the publisher (the test
+  browser), anonymous and as several users;
 - every operation of plone.app.querystring's registry through its QueryBuilder (the code a
   Collection runs), for several users;
 - plone.restapi's @search, @querystring-search, @navigation, @contextnavigation and
   @breadcrumbs through the publisher, anonymous and authenticated;
 - a group with a local Reader role on a private folder: its members (also through a nested group)
-  see the same on both sites, a non-member sees neither.
+  see the same on both sites, a non-member sees neither;
+- the same pages and collections again after reorders, moves, a rename and a delete.
 
 Dates are set relative to the time the tree is built and never come near the moment a query is
 asked (see ``stable_day``), so the sites answer the same whatever the clock says.
