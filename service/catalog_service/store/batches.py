@@ -301,6 +301,25 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
     return "staged"
 
 
+async def _lock_batch(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, *,
+                      locked: bool = False) -> asyncpg.Record | None:
+    """The row of batch ``batch_id`` (None if there is none), locked for update after the catalog's
+    write lock: an exclusive one for a staged clear batch. ``locked``: the transaction holds the
+    catalog's write lock already."""
+    exclusive = None
+    if not locked:
+        # The catalog's lock comes before the batch's row (0009): read whether it is a clear first.
+        exclusive = bool(await conn.fetchval(
+            "select clear from catalog_batch where catalog_id = $1 and batch_id = $2", catalog.id, batch_id))
+        await lock_writes(conn, catalog, exclusive)
+    batch = await conn.fetchrow(
+        "select state, clear, entries, profile from catalog_batch where catalog_id = $1 and batch_id = $2 "
+        "for update", catalog.id, batch_id)
+    if batch is not None and batch["state"] == "staged" and batch["clear"] and exclusive is False:
+        await lock_writes(conn, catalog, exclusive=True)  # staged again as a clear since it was read
+    return batch
+
+
 async def append(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, changes: list[Change],
                  max_entries: int) -> int:
     """Add ``changes`` to the staged batch ``batch_id``; must run inside a transaction. A change
@@ -310,19 +329,11 @@ async def append(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, chan
 
     Only a staged batch grows: an unknown id is a 404 (nothing is created, so a later staging of the
     id still works), a committed or aborted one a 409."""
-    # The catalog's lock comes before the batch's row (0009): read whether it is a clear first.
-    exclusive = bool(await conn.fetchval(
-        "select clear from catalog_batch where catalog_id = $1 and batch_id = $2", catalog.id, batch_id))
-    await lock_writes(conn, catalog, exclusive)
-    batch = await conn.fetchrow(
-        "select state, clear, entries, profile from catalog_batch where catalog_id = $1 and batch_id = $2 "
-        "for update", catalog.id, batch_id)
+    batch = await _lock_batch(conn, catalog, batch_id)
     if batch is None:
         raise NotFound(f"no staged batch {batch_id!r}: stage it before appending to it")
     if batch["state"] != "staged":
         raise Conflict(f"batch {batch_id!r} is {batch['state']}: only a staged batch can be appended to")
-    if batch["clear"] and not exclusive:
-        await lock_writes(conn, catalog, exclusive=True)  # staged again as a clear since it was read
     replaced = await conn.fetch(
         "delete from catalog_staged where catalog_id = $1 and batch_id = $2 and uid = any($3::text[]) "
         "returning uid, op, rid, text::text as text", catalog.id, batch_id, [c.uid for c in changes])
@@ -393,15 +404,7 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     """Apply a staged batch (its rows in ``rows``); must run inside a transaction. ``profile``:
     the rows' text profile when they were staged in this transaction (else the batch's own).
     ``locked``: the transaction holds the catalog's write lock already (as its staging took it)."""
-    exclusive = None
-    if not locked:
-        # The catalog's lock comes before the batch's row (0009): read whether it is a clear first.
-        exclusive = bool(await conn.fetchval(
-            "select clear from catalog_batch where catalog_id = $1 and batch_id = $2", catalog.id, batch_id))
-        await lock_writes(conn, catalog, exclusive)
-    batch = await conn.fetchrow(
-        "select state, clear, entries, profile from catalog_batch where catalog_id = $1 and batch_id = $2 "
-        "for update", catalog.id, batch_id)
+    batch = await _lock_batch(conn, catalog, batch_id, locked=locked)
     state = None if batch is None else batch["state"]
     if state is None:
         raise NotFound(f"no staged batch {batch_id!r}")
@@ -419,8 +422,6 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     staged = f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2"
     # Commits of one catalog run side by side (docs/decisions/0009): each claims its objects, and
     # the counter row, whose lock orders them, is taken last. A clear runs alone.
-    if batch["clear"] and exclusive is False:
-        await lock_writes(conn, catalog, exclusive=True)  # staged again as a clear since it was read
     if not batch["clear"]:
         # Claimed in uid order, so two commits wanting some of the same objects cannot each hold
         # one the other waits for.
