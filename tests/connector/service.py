@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -61,3 +62,12 @@ class ServiceProcess:
             self.process.kill()
             self.process.wait()
         self.process = None
+
+    @contextlib.contextmanager
+    def killed(self):
+        """The service killed (as a crash kills it) for the block, and started again after it."""
+        self.stop(kill=True)
+        try:
+            yield
+        finally:
+            self.start()

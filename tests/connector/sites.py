@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 
 import transaction
-from plone.app.testing import PLONE_FIXTURE, PloneSandboxLayer, applyProfile
+from plone.app.testing import PLONE_FIXTURE, SITE_OWNER_NAME, PloneSandboxLayer, applyProfile
 from plone.app.testing import login as plone_login
 from plone.app.testing import logout as plone_logout
 from plone.testing import zope
@@ -98,9 +98,10 @@ def tear_down(layers):
 
 
 @contextlib.contextmanager
-def on_site(name: str, user: str | None = "manager", commit: bool = True):
-    """The site ``name`` in a fresh connection, as ``user`` (None: anonymous); commits at the end."""
-    with zope.zopeApp() as app:
+def on_site(name: str, user: str | None = "manager", commit: bool = True, db=None):
+    """The site ``name`` in a fresh connection, as ``user`` (None: anonymous); commits at the end.
+    ``db``: the database to connect to, if not the current layer's."""
+    with zope.zopeApp(db=db) as app:
         site = app[name]
         setSite(site)
         try:
@@ -119,6 +120,27 @@ def on_site(name: str, user: str | None = "manager", commit: bool = True):
         finally:
             plone_logout()
             setSite(None)
+
+
+def add_site(app, site_id: str, title: str):
+    """A new Plone site ``site_id`` in ``app`` with plone.app.contenttypes, made the current site,
+    as its owner. For tests that install the connector on a site of their own."""
+    from Products.CMFPlone.factory import addPloneSite
+
+    addPloneSite(app, site_id, title=title, extension_ids=("plone.app.contenttypes:default",))
+    site = app[site_id]
+    setSite(site)
+    zope.login(app["acl_users"], SITE_OWNER_NAME)
+    return site
+
+
+def delete_site(site_id: str) -> None:
+    """Delete the site ``site_id`` a test added, so that the layer's other tests never see it."""
+    with zope.zopeApp() as app:
+        setSite(None)
+        zope.login(app["acl_users"], SITE_OWNER_NAME)
+        app.manage_delObjects([site_id])
+        transaction.commit()
 
 
 def catalog_paths(site, **query) -> list[str]:

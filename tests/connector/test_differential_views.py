@@ -332,6 +332,13 @@ def difference(stock, connected) -> str:
     return "\n".join(diff)[:6000]
 
 
+def assert_alike(stock: dict, connected: dict, user: str | None) -> None:
+    """The connector site's answers (by key) are the stock site's, as ``user`` got them."""
+    for key in stock:
+        assert connected[key] == stock[key], (
+            f"{key!r} as {user or 'anonymous'}\n" + difference(stock[key], connected[key]))
+
+
 def fragment(element) -> str:
     text = lxml.html.tostring(element, encoding="unicode")
     return re.sub(r"\s+", " ", text).strip()
@@ -431,9 +438,7 @@ def test_breadcrumbs_navigation_and_sitemap_render_alike(tree):
     for user in PAGE_VIEWERS:
         stock, connected = rendered(STOCK, user), rendered(CONNECTED, user)
         assert connected.keys() == stock.keys(), user
-        for key in stock:
-            assert connected[key] == stock[key], (
-                f"{key!r} as {user or 'anonymous'}\n" + difference(stock[key], connected[key]))
+        assert_alike(stock, connected, user)
         pages[user] = stock
 
     # The comparison saw real navigation: what some users' pages show and others' do not.
@@ -587,9 +592,7 @@ def test_every_querystring_operation_answers_alike(tree):
     stock_answers = {}
     for user in QUERY_VIEWERS:
         stock, connected = collection_answers(STOCK, user, tree), collection_answers(CONNECTED, user, tree)
-        for label in stock:
-            assert connected[label] == stock[label], (
-                f"{label!r} as {user or 'anonymous'}\n" + difference(stock[label], connected[label]))
+        assert_alike(stock, connected, user)
         stock_answers[user] = stock
 
     with on_site(STOCK, commit=False):
@@ -689,9 +692,7 @@ def test_restapi_answers_alike_through_the_publisher(tree):
     answers = {}
     for user in API_VIEWERS:
         stock, connected = api_answers(STOCK, user, tree), api_answers(CONNECTED, user, tree)
-        for label in stock:
-            assert connected[label] == stock[label], (
-                f"{label!r} as {user or 'anonymous'}\n" + difference(stock[label], connected[label]))
+        assert_alike(stock, connected, user)
         answers[user] = stock
         assert {label: stock[label][0] for label in stock} == dict.fromkeys(stock, 200), user
 
@@ -781,13 +782,9 @@ def test_views_still_agree_after_reordering_moving_renaming_and_deleting(tree):
     for user in (None, "editor", "manager"):
         stock, connected = rendered(STOCK, user), rendered(CONNECTED, user)
         assert connected.keys() == stock.keys(), user
-        for key in stock:
-            assert connected[key] == stock[key], (
-                f"{key!r} as {user or 'anonymous'}\n" + difference(stock[key], connected[key]))
+        assert_alike(stock, connected, user)
         stock, connected = collection_answers(STOCK, user, tree), collection_answers(CONNECTED, user, tree)
-        for label in stock:
-            assert connected[label] == stock[label], (
-                f"{label!r} as {user or 'anonymous'}\n" + difference(stock[label], connected[label]))
+        assert_alike(stock, connected, user)
 
     order = collection_answers(STOCK, "manager", tree)["folder order"][1]
     assert [path for _uid, path in order][:2] == [f"/{ROOT}/section-a/hidden-doc", f"/{ROOT}/section-a/hidden"]

@@ -24,15 +24,17 @@ def browser(app, user=None):
     return b
 
 
+def search_during_outage(b, catalog_service) -> None:
+    """Search the connector site with ``b`` while the service is down."""
+    query_cache.clear()  # an answer cached earlier would hide the outage
+    with catalog_service.killed():
+        b.open(f"http://nohost/{CONNECTED}/@@search?SearchableText=outage")
+
+
 def test_a_query_with_the_service_down_shows_the_503_page(plone_sites, catalog_service):
     with zope.zopeApp() as app:
         anonymous = browser(app)
-        query_cache.clear()  # an answer cached earlier would hide the outage
-        catalog_service.stop(kill=True)
-        try:
-            anonymous.open(f"http://nohost/{CONNECTED}/@@search?SearchableText=outage")
-        finally:
-            catalog_service.start()
+        search_during_outage(anonymous, catalog_service)
         assert anonymous.headers["Status"].startswith("503")
         assert anonymous.headers["Retry-After"] == "30"
         assert ERROR_PAGE_TITLE in anonymous.contents
@@ -44,12 +46,7 @@ def test_a_query_with_the_service_down_shows_the_503_page(plone_sites, catalog_s
 def test_site_managers_see_why_the_service_is_unavailable(plone_sites, catalog_service):
     with zope.zopeApp() as app:
         manager = browser(app, "manager")
-        query_cache.clear()
-        catalog_service.stop(kill=True)
-        try:
-            manager.open(f"http://nohost/{CONNECTED}/@@search?SearchableText=outage")
-        finally:
-            catalog_service.start()
+        search_during_outage(manager, catalog_service)
         assert manager.headers["Status"].startswith("503")
         assert "is not reachable" in manager.contents
 
@@ -63,11 +60,8 @@ def test_a_commit_with_the_service_down_shows_the_503_page_and_saves_nothing(plo
             editor.open(f"http://nohost/{CONNECTED}/outage-edit/@@edit")
             assert editor.headers["Status"].startswith("200")
             editor.getControl(name="form.widgets.IDublinCore.title").value = "During the outage"
-            catalog_service.stop(kill=True)
-            try:
+            with catalog_service.killed():
                 editor.getControl(name="form.buttons.save").click()
-            finally:
-                catalog_service.start()
             assert editor.headers["Status"].startswith("503")
             assert ERROR_PAGE_TITLE in editor.contents
             # The vote failed (the edit itself sends no query): the page says that nothing was saved.

@@ -30,16 +30,13 @@ def clean_baseline(plone_sites, catalog_service):
 def test_service_down_at_commit_aborts_the_transaction(plone_sites, catalog_service):
     with on_site(CONNECTED) as site:
         api.content.create(container=site, type="Folder", id="faults", title="Faults")
-    catalog_service.stop(kill=True)
-    try:
-        # Whether a query inside the transaction or the vote meets the dead service first, the
-        # user gets the service error and the transaction is aborted.
-        with pytest.raises(CatalogServiceError, match="not reachable"), on_site(CONNECTED) as site:
-            api.content.create(container=site["faults"], type="Document", id="lost", title="Lost")
-            site["faults"].title = "Faults renamed"
-            site["faults"].reindexObject()
-    finally:
-        catalog_service.start()
+    # Whether a query inside the transaction or the vote meets the dead service first, the user
+    # gets the service error and the transaction is aborted.
+    with catalog_service.killed(), pytest.raises(CatalogServiceError, match="not reachable"), \
+            on_site(CONNECTED) as site:
+        api.content.create(container=site["faults"], type="Document", id="lost", title="Lost")
+        site["faults"].title = "Faults renamed"
+        site["faults"].reindexObject()
     with on_site(CONNECTED) as site:
         # Nothing half-applied: neither ZODB nor the catalog has any of the transaction's changes.
         assert "lost" not in site["faults"]

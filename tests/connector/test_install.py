@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import transaction
-from plone.app.testing import SITE_OWNER_NAME
 from plone.testing import zope
 from zope.component.hooks import setSite
 
 from plone_connector.catalog.verify import verify
+from tests.connector.sites import add_site, delete_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
 
@@ -19,13 +19,9 @@ SITE = "fresh-install"
 def test_verify_is_clean_right_after_install(plone_sites, commit_before_install):
     from plone import api
     from plone.app.testing import applyProfile
-    from Products.CMFPlone.factory import addPloneSite
 
     with zope.zopeApp() as app:
-        addPloneSite(app, SITE, title="Fresh", extension_ids=("plone.app.contenttypes:default",))
-        site = app[SITE]
-        setSite(site)
-        zope.login(app["acl_users"], SITE_OWNER_NAME)
+        site = add_site(app, SITE, "Fresh")
         folder = api.content.create(container=site, type="Folder", id="folder", title="Folder")
         api.content.create(container=folder, type="Document", id="doc", title="Doc")
         if commit_before_install:
@@ -43,7 +39,4 @@ def test_verify_is_clean_right_after_install(plone_sites, commit_before_install)
             data = site.portal_catalog.getIndexDataForUID(f"/{SITE}/folder/doc")
             assert data["portal_type"] == "Document" and data["getId"] == "doc"
     finally:
-        with zope.zopeApp() as app:
-            setSite(None)
-            app.manage_delObjects([SITE])
-            transaction.commit()
+        delete_site(SITE)

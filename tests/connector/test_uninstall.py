@@ -10,6 +10,8 @@ from plone.app.testing import SITE_OWNER_NAME
 from plone.testing import zope
 from zope.component.hooks import setSite
 
+from tests.connector.sites import add_site, delete_site
+
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
 
 SITE = "uninstall-site"
@@ -41,7 +43,6 @@ def test_uninstall_restores_a_zcatalog_that_answers_as_before(plone_sites):
     from plone.base.utils import get_installer
     from Products.CMFCore.interfaces import ICatalogTool
     from Products.CMFPlone.CatalogTool import CatalogTool
-    from Products.CMFPlone.factory import addPloneSite
     from zope.component import getUtility
 
     from plone_connector.catalog.client import get_client
@@ -50,10 +51,7 @@ def test_uninstall_restores_a_zcatalog_that_answers_as_before(plone_sites):
     from plone_connector.catalog.tool import ServiceCatalogTool
 
     with zope.zopeApp() as app:
-        addPloneSite(app, SITE, title="Uninstall", extension_ids=("plone.app.contenttypes:default",))
-        site = app[SITE]
-        setSite(site)
-        zope.login(app["acl_users"], SITE_OWNER_NAME)
+        site = add_site(app, SITE, "Uninstall")
         folder = api.content.create(container=site, type="Folder", id="folder", title="Folder")
         api.content.create(container=folder, type="Document", id="before", title="Before install",
                            subject=("fruit",))
@@ -120,8 +118,4 @@ def test_uninstall_restores_a_zcatalog_that_answers_as_before(plone_sites):
             transaction.commit()
             assert [b.getPath() for b in tool.unrestrictedSearchResults(getId="after")] == [f"/{SITE}/folder/after"]
     finally:
-        with zope.zopeApp() as app:
-            setSite(None)
-            zope.login(app["acl_users"], SITE_OWNER_NAME)
-            app.manage_delObjects([SITE])
-            transaction.commit()
+        delete_site(SITE)

@@ -63,6 +63,26 @@ def finish(pid: int, read_fd: int, timeout: float = 120) -> tuple[int, str]:
         return status, report.read()
 
 
+def kill_at_tpc_finish(cls: type, report_fd: int, report: Callable[[object], str]) -> None:
+    """In the child: once every data manager of the transaction has voted, the first call of
+    ``cls.tpc_finish`` writes ``report(instance)`` to the parent and kills the process (SIGKILL:
+    nothing cleans up, as when a Plone process is killed)."""
+
+    def die(self, *args, **kwargs) -> None:
+        os.write(report_fd, report(self).encode())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    cls.tpc_finish = die
+
+
+def killed(child: Callable[[int], None]) -> str:
+    """Run ``child(report_fd)`` in a forked process that must die by SIGKILL; return its report."""
+    status, report = finish(*start(child))
+    # Exit status 0 or 3 would mean the kill point was never reached.
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"child status {status}"
+    return report
+
+
 def own_connections(dsn: str) -> ZODB.DB:
     """In the child: a new HTTP client and a new database on the same tables."""
     reset_client()

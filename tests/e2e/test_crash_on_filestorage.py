@@ -18,9 +18,7 @@ leave the batch to the connector), and ``verify`` must find the catalog equal to
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import time
 from pathlib import Path
 from unittest import mock
@@ -31,19 +29,16 @@ import transaction
 import ZODB
 from plone import api
 from plone.app.testing import PLONE_FIXTURE
-from plone.app.testing import login as plone_login
-from plone.app.testing import logout as plone_logout
-from plone.testing import zodb, zope
+from plone.testing import zodb
 from ZODB.FileStorage import FileStorage
-from zope.component.hooks import setSite
 
 from plone_connector.catalog import outcomes
 from plone_connector.catalog.batch import BatchDataManager
 from plone_connector.catalog.client import get_client, reset_client
 from plone_connector.catalog.verify import verify
-from tests.connector.service import ServiceProcess
+from tests.connector import sites
 from tests.connector.sites import CONNECTED, ConnectorLayer
-from tests.e2e import forking
+from tests.e2e import crashes, forking
 from tests.e2e.jsonb_layer import layer_db, layer_set_up, seed
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
@@ -98,33 +93,9 @@ def fs_layer(catalog_service, tmp_path_factory):
         yield FS_LAYER
 
 
-@contextlib.contextmanager
-def on_site(user: str | None = "manager", commit: bool = True):
-    """The connector site in a fresh connection of the layer's FileStorage."""
-    with zope.zopeApp(db=FS_LAYER["zodbDB"]) as app:
-        site = app[CONNECTED]
-        setSite(site)
-        try:
-            if user is None:
-                plone_logout()
-            else:
-                plone_login(site, user)
-            yield site
-            if commit:
-                transaction.commit()
-            else:
-                transaction.abort()
-        except BaseException:
-            transaction.abort()
-            raise
-        finally:
-            plone_logout()
-            setSite(None)
-
-
-def _die(report_fd: int, batch_id: str) -> None:
-    os.write(report_fd, batch_id.encode())
-    os.kill(os.getpid(), signal.SIGKILL)
+def on_site(**options):
+    """``sites.on_site`` for the connector site, on the layer's FileStorage as last (re)opened."""
+    return sites.on_site(CONNECTED, db=FS_LAYER["zodbDB"], **options)
 
 
 def killed_commit(obj_id: str, kill_at: str) -> str:
@@ -145,16 +116,14 @@ def killed_commit(obj_id: str, kill_at: str) -> str:
 
         BatchDataManager.tpc_begin = tpc_begin
         if kill_at == AFTER_STORAGE_COMMIT:
-            BatchDataManager.tpc_finish = lambda self, txn: _die(report_fd, self.batch.batch_id)
+            forking.kill_at_tpc_finish(BatchDataManager, report_fd, lambda manager: manager.batch.batch_id)
         else:
-            FileStorage.tpc_finish = lambda self, txn, f=None: _die(report_fd, batch_ids[0])
+            forking.kill_at_tpc_finish(FileStorage, report_fd, lambda storage: batch_ids[0])
         with forking.site_as_manager(db, CONNECTED) as site:
             api.content.create(container=site[FOLDER], type="Document", id=obj_id, title=f"Crash {obj_id}")
             transaction.commit()
 
-    status, report = forking.finish(*forking.start(child))
-    # Exit status 0 or 3 would mean the kill point was never reached.
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"child status {status}"
+    report = forking.killed(child)
     assert report, "the child reported no batch id"
     FS_LAYER.reopen()
     return report
@@ -193,45 +162,14 @@ def resolve_in_the_background(dsn: str, batch_id: str) -> None:
 RESOLVERS = {"directly": resolve_directly, "background thread": resolve_in_the_background}
 
 
-@contextlib.contextmanager
-def eager_service_resolver(dsn: str):
-    """A second service on the same database whose own resolver expires batches after 2 s."""
-    with mock.patch.dict(os.environ, {"CATALOG_STAGED_BATCH_TTL": "2"}):
-        service = ServiceProcess(dsn)
-        service.start()
-    try:
-        yield
-    finally:
-        service.stop()
-
-
 def declared_resolver() -> str:
     client = get_client()
     return client._send("GET", client._catalog_path(FS_LAYER.catalog_id, "batches", "resolver"))["by"]
 
 
-def unrestricted_paths(obj_id: str) -> list[str]:
-    with on_site(commit=False) as site:
-        return [b.getPath() for b in site.portal_catalog.unrestrictedSearchResults(id=obj_id)]
-
-
-def drift() -> dict:
-    with on_site(commit=False) as site:
-        report = verify(site).as_dict()
-    assert report["checked"] >= 1
-    return {key: report[key] for key in ("missing", "phantom", "stale")}
-
-
-def assert_no_new_drift(baseline: dict) -> None:
-    after = drift()
-    assert after["missing"] == [] and after["phantom"] == [], after
-    # Adding to the site reindexes its root, which may clear the root's initial drift.
-    assert set(after["stale"]) <= set(baseline["stale"]), after
-
-
 @pytest.fixture
 def baseline(fs_layer):
-    before = drift()
+    before = crashes.drift(FS_LAYER["zodbDB"])
     assert before["missing"] == [] and before["phantom"] == [], before
     # The connector told the service that it resolves this catalog's batches itself.
     deadline = time.monotonic() + 10
@@ -251,17 +189,17 @@ def test_killed_after_the_storage_committed(baseline, database_url, resolver):
         assert obj_id in site[FOLDER].objectIds()
         assert verify(site).missing == [f"/{CONNECTED}/{FOLDER}/{obj_id}"]
 
-    with eager_service_resolver(database_url):
+    with crashes.eager_service_resolver(database_url):
         time.sleep(3)
         # Nothing recorded it in catalog_txn_outcome, but the service leaves it to the connector.
         assert batch_state(database_url, batch_id) == "staged"
         RESOLVERS[resolver](database_url, batch_id)
 
     assert batch_state(database_url, batch_id) == "committed"
-    assert unrestricted_paths(obj_id) == [f"/{CONNECTED}/{FOLDER}/{obj_id}"]
+    assert crashes.unrestricted_paths(obj_id, FS_LAYER["zodbDB"]) == [f"/{CONNECTED}/{FOLDER}/{obj_id}"]
     with on_site(user=None, commit=False) as site:
         assert [b.getPath() for b in site.portal_catalog(id=obj_id)] == []  # private, as in ZODB
-    assert_no_new_drift(baseline)
+    crashes.assert_no_new_drift(baseline, FS_LAYER["zodbDB"])
 
 
 @pytest.mark.parametrize("resolver", sorted(RESOLVERS))
@@ -273,10 +211,10 @@ def test_killed_before_the_storage_committed(baseline, database_url, resolver):
     RESOLVERS[resolver](database_url, batch_id)
 
     assert batch_state(database_url, batch_id) == "aborted"
-    assert unrestricted_paths(obj_id) == []
+    assert crashes.unrestricted_paths(obj_id, FS_LAYER["zodbDB"]) == []
     with on_site() as site:
         assert obj_id not in site[FOLDER].objectIds()
         # FileStorage dropped the unfinished transaction; later commits go through.
         api.content.create(container=site[FOLDER], type="Document", id=f"after-{obj_id}", title="After")
-    assert unrestricted_paths(f"after-{obj_id}") == [f"/{CONNECTED}/{FOLDER}/after-{obj_id}"]
-    assert_no_new_drift(baseline)
+    assert crashes.unrestricted_paths(f"after-{obj_id}", FS_LAYER["zodbDB"]) == [f"/{CONNECTED}/{FOLDER}/after-{obj_id}"]
+    crashes.assert_no_new_drift(baseline, FS_LAYER["zodbDB"])

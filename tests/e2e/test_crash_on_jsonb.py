@@ -19,8 +19,6 @@ connector's ``verify`` must find the catalog equal to ZODB.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 
 import psycopg
@@ -32,9 +30,9 @@ from plone_connector.catalog.batch import BatchDataManager
 from plone_connector.catalog.outcomes import resolve_expired as resolve_in_plone
 from plone_connector.catalog.verify import verify
 from plone_connector.storage import JsonbStorage
-from tests.connector.service import ServiceProcess
 from tests.connector.sites import CONNECTED, on_site
 from tests.e2e import forking
+from tests.e2e.crashes import assert_no_new_drift, drift, eager_service_resolver, unrestricted_paths
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
 
@@ -43,28 +41,20 @@ AFTER_STORAGE_COMMIT = "after storage commit"
 BEFORE_STORAGE_COMMIT = "before storage commit"
 
 
-def _die(report_fd: int, batch_ids) -> None:
-    os.write(report_fd, ",".join(batch_ids).encode())
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def killed_commit(dsn: str, obj_id: str, kill_at: str) -> str:
     """Create ``obj_id`` in a child process killed at ``kill_at``; return its catalog batch id."""
 
     def child(report_fd: int) -> None:
         db = forking.own_connections(dsn)
         if kill_at == AFTER_STORAGE_COMMIT:
-            BatchDataManager.tpc_finish = lambda self, txn: _die(report_fd, [self.batch.batch_id])
+            forking.kill_at_tpc_finish(BatchDataManager, report_fd, lambda manager: manager.batch.batch_id)
         else:
-            JsonbStorage.tpc_finish = lambda self, txn, f=None: _die(report_fd, self._batch_ids)
+            forking.kill_at_tpc_finish(JsonbStorage, report_fd, lambda storage: ",".join(storage._batch_ids))
         with forking.site_as_manager(db, CONNECTED) as site:
             api.content.create(container=site[FOLDER], type="Document", id=obj_id, title=f"Crash {obj_id}")
             transaction.commit()
 
-    status, report = forking.finish(*forking.start(child))
-    # Exit status 0 or 3 would mean the kill point was never reached.
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"child status {status}"
-    batch_ids = report.split(",")
+    batch_ids = forking.killed(child).split(",")
     assert len(batch_ids) == 1 and batch_ids[0], batch_ids
     return batch_ids[0]
 
@@ -97,24 +87,11 @@ def resolve_directly(dsn: str, batch_id: str) -> None:
 
 
 def resolve_by_the_service(dsn: str, batch_id: str) -> None:
-    # A second service on the same database, whose background resolver expires batches after 2 s.
-    saved = os.environ.get("CATALOG_STAGED_BATCH_TTL")
-    os.environ["CATALOG_STAGED_BATCH_TTL"] = "2"
-    service = ServiceProcess(dsn)
-    try:
-        service.start()
-    finally:
-        if saved is None:
-            del os.environ["CATALOG_STAGED_BATCH_TTL"]
-        else:
-            os.environ["CATALOG_STAGED_BATCH_TTL"] = saved
-    try:
+    with eager_service_resolver(dsn):
         deadline = time.monotonic() + 30
         while batch_state(dsn, batch_id)[0] == "staged":
             assert time.monotonic() < deadline, "the service's resolver did not resolve the batch"
             time.sleep(0.2)
-    finally:
-        service.stop()
 
 
 RESOLVERS = {"resolve_expired": resolve_directly, "service resolver": resolve_by_the_service}
@@ -129,25 +106,6 @@ def folder(plone_sites):
     yield f"/{CONNECTED}/{FOLDER}"
     with on_site(CONNECTED) as site:
         api.content.delete(obj=site[FOLDER])
-
-
-def unrestricted_paths(obj_id: str) -> list[str]:
-    with on_site(CONNECTED, commit=False) as site:
-        return [b.getPath() for b in site.portal_catalog.unrestrictedSearchResults(id=obj_id)]
-
-
-def drift() -> dict:
-    with on_site(CONNECTED, commit=False) as site:
-        report = verify(site).as_dict()
-    assert report["checked"] >= 1
-    return {key: report[key] for key in ("missing", "phantom", "stale")}
-
-
-def assert_no_new_drift(baseline: dict) -> None:
-    after = drift()
-    assert after["missing"] == [] and after["phantom"] == [], after
-    # Adding to the site reindexes its root, which may clear the root's initial drift.
-    assert set(after["stale"]) <= set(baseline["stale"]), after
 
 
 @pytest.fixture
@@ -185,20 +143,8 @@ def service_pass_directly(dsn: str, batch_id: str) -> None:
 
 
 def service_pass_by_the_service(dsn: str, batch_id: str) -> None:
-    saved = os.environ.get("CATALOG_STAGED_BATCH_TTL")
-    os.environ["CATALOG_STAGED_BATCH_TTL"] = "2"
-    service = ServiceProcess(dsn)
-    try:
-        service.start()
-    finally:
-        if saved is None:
-            del os.environ["CATALOG_STAGED_BATCH_TTL"]
-        else:
-            os.environ["CATALOG_STAGED_BATCH_TTL"] = saved
-    try:
+    with eager_service_resolver(dsn):
         time.sleep(4)  # two passes of its resolver at least (every ttl / 4, at least 1 s)
-    finally:
-        service.stop()
 
 
 SERVICE_PASSES = {"resolve_expired": service_pass_directly, "service resolver": service_pass_by_the_service}

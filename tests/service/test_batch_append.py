@@ -16,7 +16,7 @@ from catalog_service.errors import Conflict, LimitExceeded, NotFound
 from catalog_service.store import batches
 from tests.service import test_text_cells
 from tests.service.test_store import connect
-from tests.service.test_text_cells import _catalog, _counts, _text
+from tests.service.test_text_cells import _catalog, _counts, _text, run
 
 # A migrated database for this module.
 db = test_text_cells.db
@@ -42,17 +42,6 @@ def _index(uid: str, rnd: random.Random, version: int = 5, idxs: list[str] | Non
 
 def _unindex(uid: str, version: int = 5) -> dict:
     return {"op": "unindex", "uid": uid, "version": version}
-
-
-def _run(dsn, work):
-    async def go():
-        conn = await connect(dsn)
-        try:
-            return await work(conn)
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
 
 
 def _stage(conn, catalog, batch_id, entries, clear=False):
@@ -165,7 +154,7 @@ def test_appended_batch_equals_one_staging_of_its_final_entries(db, existing, cl
         assert (results[0].applied, results[0].skipped_stale) == (results[1].applied, results[1].skipped_stale)
         assert await _content(conn, appended) == await _content(conn, whole)
 
-    _run(db, work)
+    run(db, work)
 
 
 def test_a_batch_that_is_not_staged_cannot_grow(db):
@@ -198,7 +187,7 @@ def test_a_batch_that_is_not_staged_cannot_grow(db):
                                 "and uid = 'x0'", catalog.id)
         assert len(rows) == 1 and orjson.loads(rows[0]["idx"])
 
-    _run(db, work)
+    run(db, work)
 
 
 def _two(dsn, scenario):

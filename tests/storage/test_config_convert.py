@@ -90,6 +90,19 @@ def _current_states(storage):
     return state
 
 
+def _assert_converted(source, storage) -> dict:
+    """Compare the converted ``storage`` with its ``source`` object by object, then close both;
+    return the counts compared. Both sources were filled by ``_fill``: one blob, one OOBTree."""
+    try:
+        compared = assert_same_objects(source, storage)
+    finally:
+        source.close()
+        storage.close()
+    assert compared["blob files"] == 1
+    assert compared["BTrees.OOBTree.OOBTree"] == 1
+    return compared
+
+
 @pytest.mark.slow
 def test_zodbconvert_from_filestorage(storage_dsn, tmp_path):
     source_path, source_blobs = tmp_path / "Data.fs", tmp_path / "fs-blobs"
@@ -103,15 +116,8 @@ def test_zodbconvert_from_filestorage(storage_dsn, tmp_path):
     zodbconvert(["zodbconvert", "--clear", str(config)])
     expected = _current_states(ZODB.FileStorage.FileStorage(str(source_path), blob_dir=str(source_blobs), read_only=True))
     assert _current_states(JsonbStorage(storage_dsn, blob_dir=str(tmp_path / "other-cache"))) == expected
-    source = ZODB.FileStorage.FileStorage(str(source_path), blob_dir=str(source_blobs), read_only=True)
-    storage = JsonbStorage(storage_dsn)
-    try:
-        compared = assert_same_objects(source, storage)
-    finally:
-        source.close()
-        storage.close()
-    assert compared["blob files"] == 1
-    assert compared["BTrees.OOBTree.OOBTree"] == 1
+    _assert_converted(ZODB.FileStorage.FileStorage(str(source_path), blob_dir=str(source_blobs), read_only=True),
+                      JsonbStorage(storage_dsn))
 
 
 @pytest.fixture
@@ -148,13 +154,6 @@ def test_zodbconvert_from_history_free_relstorage(relstorage_dsn, fresh_dsn, tmp
         tmp_path / "jsonb-blobs",
     )
     zodbconvert_script(config)
-    source = _relstorage(relstorage_dsn, tmp_path / "check-rs-blobs")
-    storage = JsonbStorage(fresh_dsn, blob_dir=str(tmp_path / "check-jsonb-blobs"))
-    try:
-        compared = assert_same_objects(source, storage)
-    finally:
-        source.close()
-        storage.close()
-    assert compared["blob files"] == 1
-    assert compared["BTrees.OOBTree.OOBTree"] == 1
+    compared = _assert_converted(_relstorage(relstorage_dsn, tmp_path / "check-rs-blobs"),
+                                 JsonbStorage(fresh_dsn, blob_dir=str(tmp_path / "check-jsonb-blobs")))
     assert compared["persistent.mapping.PersistentMapping"] == 31  # the root, and all ever added

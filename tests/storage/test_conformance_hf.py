@@ -85,9 +85,9 @@ class HistoryFreeConformance(
     def testPackOnlyOneObject(self):
         pass
 
-    def testPackAllRevisions(self):
-        # History-free variant: only the current revision exists; pack removes the object,
-        # which the root does not reference.
+    def _unreferenced_object_in_two_revisions(self):
+        """Store an object the root does not reference, with value 1 then 2; return its oid and
+        the two tids."""
         self._initroot()
         obj = self._newobj()
         oid = obj.getoid()
@@ -95,6 +95,12 @@ class HistoryFreeConformance(
         tid1 = self._dostoreNP(oid, data=pdumps(obj))
         obj.value = 2
         tid2 = self._dostoreNP(oid, revid=tid1, data=pdumps(obj))
+        return oid, tid1, tid2
+
+    def testPackAllRevisions(self):
+        # History-free variant: only the current revision exists; pack removes the object,
+        # which the root does not reference.
+        oid, tid1, tid2 = self._unreferenced_object_in_two_revisions()
         with self.assertRaises(KeyError):
             self._storage.loadSerial(oid, tid1)
         # The record is rebuilt from JSON: an equal state, not necessarily the same bytes.
@@ -109,13 +115,7 @@ class HistoryFreeConformance(
     def testPackAllRevisionsNoGC(self):
         # History-free variant (the mixin's loads revisions 1 and 2 before the pack): pack with
         # gc=False keeps an object the root does not reference, at its current revision.
-        self._initroot()
-        obj = self._newobj()
-        oid = obj.getoid()
-        obj.value = 1
-        tid1 = self._dostoreNP(oid, data=pdumps(obj))
-        obj.value = 2
-        tid2 = self._dostoreNP(oid, revid=tid1, data=pdumps(obj))
+        oid, tid1, tid2 = self._unreferenced_object_in_two_revisions()
         self._storage.pack(time.time(), referencesf, gc=False)
         with self.assertRaises(KeyError):
             self._storage.loadSerial(oid, tid1)
