@@ -352,19 +352,21 @@ def ours(element) -> bool:
     return href.rstrip("/").endswith("/SITE") or re.search(rf"/SITE/{ROOT}(/|$)", href) is not None
 
 
+def ours_only(menu) -> str:
+    """The list ``menu`` as a fragment, without its items that link outside the compared tree."""
+    for item in menu.findall("li"):
+        if not ours(item):
+            menu.remove(item)
+    return fragment(menu)
+
+
 def page_parts(html: str) -> dict:
     doc = lxml.html.fromstring(same_site(html))
     parts = {}
     crumbs = doc.get_element_by_id("portal-breadcrumbs", None)
     parts["breadcrumbs"] = None if crumbs is None else fragment(crumbs)
     globalnav = doc.get_element_by_id("portal-globalnav", None)
-    if globalnav is not None:
-        for item in globalnav.findall("li"):
-            if not ours(item):
-                globalnav.remove(item)
-        parts["globalnav"] = fragment(globalnav)
-    else:
-        parts["globalnav"] = None
+    parts["globalnav"] = None if globalnav is None else ours_only(globalnav)
     parts["navigation portlet"] = [fragment(p) for p in doc.find_class("portletNavigationTree")]
     # The page's own content: folder listings, collection results, event listings.
     content = doc.get_element_by_id("content-core", None)
@@ -375,10 +377,7 @@ def page_parts(html: str) -> dict:
             parts[element_id] = fragment(found)
     sitemap = doc.get_element_by_id("portal-sitemap", None)
     if sitemap is not None:
-        for item in sitemap.findall("li"):
-            if not ours(item):
-                sitemap.remove(item)
-        parts["sitemap"] = fragment(sitemap)
+        parts["sitemap"] = ours_only(sitemap)
     return parts
 
 
