@@ -201,16 +201,17 @@ def recurrence_value(start, recurrence, until) -> dict:
     so that a weekly 10:00 stays at 10:00 after a change to summer time. A named zone therefore
     travels by name, with the start as that wall-clock time.
     """
-    from plone.event.utils import pydt  # Products.DateRecurringIndex depends on plone.event
+    from plone.event.utils import pydt, utc  # Products.DateRecurringIndex depends on plone.event
 
     begin = pydt(start, exact=False)
     if begin is None:  # no date pydt reads; kept as DateIndex reads it
         return {"start": index_date(start), "recurrence": recurrence or None, "until": None}
     if not recurrence:
-        # The start alone is indexed as the instant pydt gives it (pydt may move an instant
-        # that pytz placed in the hour skipped by a change to summer time).
-        return {"start": begin.isoformat(), "recurrence": None, "until": None}
-    end = pydt(until, exact=False) if until is not None else None
+        # The start alone is stored as dt2int reads it: through pydt once more (utc()), which
+        # moves a time in the hour skipped by a change to summer time to the other offset.
+        return {"start": utc(begin).isoformat(), "recurrence": None, "until": None}
+    # plone.event compares each occurrence with utc(until), pydt's second reading too.
+    end = utc(pydt(until, exact=False)) if until is not None else None
     value = {"start": begin.isoformat(), "recurrence": recurrence,
              "until": end.isoformat() if end is not None else None}
     name = zone_name(begin.tzinfo)

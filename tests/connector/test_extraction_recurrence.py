@@ -50,7 +50,7 @@ def test_a_plone_app_event_start_travels_as_wall_clock_time_and_zone_name():
         "start": "2024-03-21T10:00:00",  # plone.event drops the microseconds
         "tz": "Europe/Berlin",
         "recurrence": RULE,
-        "until": "2024-04-30T12:00:00+02:00",
+        "until": "2024-04-30T10:00:00+00:00",
     }
 
 
@@ -73,10 +73,11 @@ def test_a_fixed_offset_travels_as_an_offset():
 
 def test_a_start_without_a_rule_is_the_instant_pydt_gives():
     # pytz placed 02:30 (skipped on 31 March in Berlin) at +01:00; pydt keeps the wall-clock time
-    # and takes the offset the zone has after the change, and DateRecurringIndex indexes that.
+    # and takes the offset the zone has after the change (+02:00), and dt2int reads that through
+    # pydt once more, back at +01:00: DateRecurringIndex stores 01:30 UTC.
     start = BERLIN.localize(dt.datetime(2024, 3, 31, 2, 30))
     assert recurring(_index(), _event(start, recurrence=None)) == {
-        "start": "2024-03-31T02:30:00+02:00", "recurrence": None, "until": None}
+        "start": "2024-03-31T01:30:00+00:00", "recurrence": None, "until": None}
     assert recurring(_index(), _event(dt.datetime(2024, 3, 31, 2, 30), recurrence=None))["start"] == (
         "2024-03-31T02:30:00+00:00")  # naive: UTC, as pydt reads it
 
@@ -86,3 +87,35 @@ def test_no_start_is_not_indexed():
 
     assert recurring(_index(), _event(None)) is NOT_INDEXED
     assert recurring(_index(), types.SimpleNamespace()) is NOT_INDEXED
+
+
+# Wall-clock times in the hour skipped when the clocks go forward. pytz places them at the
+# standard offset, and DateRecurringIndex reads a value twice through pydt (once itself, once in
+# dt2int's utc()), which can move the instant pydt returned first.
+SKIPPED = [
+    DateTime("2020/03/29 02:00:00 Europe/Berlin"),
+    DateTime("2019/03/10 02:30:00 US/Eastern"),
+    BERLIN.localize(dt.datetime(2020, 3, 29, 2, 15)),
+    pytz.timezone("America/New_York").localize(dt.datetime(2019, 3, 10, 2, 0)),
+]
+
+
+@pytest.mark.parametrize("start", SKIPPED)
+@pytest.mark.parametrize(("rule", "until"), [
+    (None, None),
+    ("RRULE:FREQ=DAILY;INTERVAL=2;COUNT=5", None),
+    ("RRULE:FREQ=WEEKLY", DateTime("2020/04/26 02:30:00 Europe/Berlin")),
+    ("RRULE:FREQ=DAILY", BERLIN.localize(dt.datetime(2020, 3, 29, 2, 30))),
+])
+def test_starts_and_ends_in_a_skipped_hour_index_as_datereccuringindex_does(start, rule, until):
+    from plone.event.recurrence import recurrence_sequence_ical
+    from plone.event.utils import dt2int, pydt
+
+    from catalog_service.indexes.recurrence import occurrences
+
+    # What Products.DateRecurringIndex.index_object stores.
+    dates = [pydt(start)] if not rule else recurrence_sequence_ical(start, recrule=rule, until=until)
+    expected = sorted({dt2int(d) for d in dates})
+    value = recurring(_index(), _event(start, recurrence=rule, until=until))
+    found = occurrences(value["start"], value["recurrence"], value["until"], value.get("tz"))
+    assert found == expected

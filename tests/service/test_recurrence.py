@@ -119,10 +119,13 @@ def test_a_weekly_rule_keeps_its_wall_clock_time_across_the_change_to_summer_tim
         "2024-04-04T09:00:00+00:00")
 
 
-def test_skipped_and_repeated_hours_are_placed_like_pytz():
-    # 02:30 does not exist on 31 March 2024 in Berlin: the offset before the change, 01:30 UTC.
+def test_skipped_and_repeated_hours_are_placed_as_datereccuringindex_stores_them():
+    # 02:30 does not exist on 31 March 2024 in Berlin. pytz places it at the offset before the
+    # change (01:30 UTC), and dt2int reads that through pydt again, which keeps 02:30 and takes
+    # the summer offset: DateRecurringIndex stores 00:30 UTC (checked against plone.event in
+    # tests/connector/test_extraction_recurrence.py).
     assert occurrences("2024-03-30T02:30:00", "RRULE:FREQ=DAILY;COUNT=2", tz_name="Europe/Berlin") == [
-        _minute("2024-03-30T01:30:00+00:00"), _minute("2024-03-31T01:30:00+00:00")]
+        _minute("2024-03-30T01:30:00+00:00"), _minute("2024-03-31T00:30:00+00:00")]
     # 02:30 happens twice on 27 October 2024: the later, standard-time one (01:30 UTC).
     assert occurrences("2024-10-26T02:30:00", "RRULE:FREQ=DAILY;COUNT=2", tz_name="Europe/Berlin") == [
         _minute("2024-10-26T00:30:00+00:00"), _minute("2024-10-27T01:30:00+00:00")]

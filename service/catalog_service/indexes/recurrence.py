@@ -111,6 +111,20 @@ def _localize(wall: datetime, zone) -> datetime:
     return max(c.astimezone(UTC) for c in standard or candidates)
 
 
+def _indexed(wall: datetime, zone) -> datetime:
+    """The instant DateRecurringIndex stores for the occurrence at wall-clock time ``wall``.
+
+    plone.event localizes it as :func:`_localize` does, then ``dt2int`` reads it through
+    ``pydt`` once more, which keeps the wall-clock time and takes the offset in force at that
+    instant. Only in an hour skipped by a change to summer time does that move it: 02:30 at the
+    standard offset is 03:30 summer time, so it becomes 02:30 at the summer offset.
+    """
+    local = _localize(wall, zone)
+    if not isinstance(zone, ZoneInfo):
+        return local
+    return (wall - local.astimezone(zone).utcoffset()).replace(tzinfo=UTC)
+
+
 def minutes(dt: datetime) -> int:
     """plone.event.utils.dt2int: calendar-shaped minutes in UTC."""
     dt = dt.astimezone(UTC)
@@ -226,7 +240,7 @@ def _collect(rset, zone, until_dt, maxcount: int) -> list[int]:
         for count, occurrence in enumerate(rset):
             if count + 1 > maxcount:
                 break
-            local = _localize(occurrence, zone)
+            local = _indexed(occurrence, zone)
             if until_dt is not None and local > until_dt:
                 break
             found.add(minutes(local))
@@ -284,7 +298,7 @@ def occurrences(start, rule: str | None, until=None, tz_name: str | None = None,
         # for a rule set holding only the start, without building one.
         zone, naive_start, until_dt = _start(start, until, tz_name)
         try:
-            local = _localize(naive_start, zone)
+            local = _indexed(naive_start, zone)
             if maxcount < 1 or (until_dt is not None and local > until_dt):
                 return []
             return [minutes(local)]
