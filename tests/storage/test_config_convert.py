@@ -30,7 +30,8 @@ def _section(dsn, blob_dir, extra=""):
     """
 
 
-def test_zconfig_section_opens_the_storage(storage_dsn, tmp_path):
+def test_zconfig_section_opens_the_storage(fresh_dsn, tmp_path):
+    storage_dsn = fresh_dsn  # its own tables: other tests leave records in the shared schema
     config = "%import plone_connector.storage\n" + _section(storage_dsn, tmp_path / "blobs", "read-only true")
     storage = ZODB.config.storageFromString(config)
     try:
