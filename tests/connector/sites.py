@@ -143,6 +143,15 @@ def delete_site(site_id: str) -> None:
         transaction.commit()
 
 
+def service_catalog_id(name: str = CONNECTED) -> str:
+    """The id of the service catalog that site ``name`` writes to: the site id by default, but a
+    layer may name it otherwise (the JSONB layer does, so its runs never share the service's rows
+    with the FileStorage layer's). Opens a connection of its own and ends its transaction: call it
+    outside any other."""
+    with on_site(name, commit=False) as site:
+        return site.portal_catalog.catalog_id()
+
+
 def catalog_paths(site, **query) -> list[str]:
     """The sorted paths an unrestricted catalog query of ``site`` answers."""
     return sorted(b.getPath() for b in site.portal_catalog.unrestrictedSearchResults(**query))

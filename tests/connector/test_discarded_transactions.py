@@ -15,7 +15,7 @@ from transaction.interfaces import DoomedTransaction
 
 from plone_connector.catalog.batch import EXTENSION_KEY
 from plone_connector.catalog.wire import decode_metadata
-from tests.connector.sites import CONNECTED, delete_from, on_site
+from tests.connector.sites import CONNECTED, delete_from, on_site, service_catalog_id
 from tests.connector.sites import catalog_paths as paths
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
@@ -23,10 +23,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.plone]
 ROOT = "discarded"
 
 
-def service_titles(catalog_service, path: str, batch_ids=()) -> dict[str, str]:
-    """Path -> Title of every entry under ``path``, as the service itself answers (unrestricted)."""
+def service_titles(catalog_service, catalog_id: str, path: str, batch_ids=()) -> dict[str, str]:
+    """Path -> Title of every entry under ``path`` in the service catalog ``catalog_id``, as the
+    service itself answers (unrestricted)."""
     response = httpx.post(
-        f"{catalog_service.url}/catalogs/{CONNECTED}/query",
+        f"{catalog_service.url}/catalogs/{catalog_id}/query",
         json={"query": {"path": path}, "metadata": ["Title"], "batch_ids": list(batch_ids),
               "show_inactive": True},
         headers={"Authorization": f"Bearer {catalog_service.admin_token}", "X-Catalog-Unrestricted": "1"},
@@ -49,7 +50,9 @@ def committed_root(plone_sites):
 @pytest.mark.parametrize("staged", [True, False], ids=["staged-by-a-query", "never-staged"])
 @pytest.mark.parametrize("end", ["doom", "abort"])
 def test_a_discarded_transaction_leaves_nothing_in_the_service(catalog_service, committed_root, end, staged):
-    before = service_titles(catalog_service, committed_root)
+    # Read before the transaction below: reading it opens and ends a transaction of its own.
+    catalog_id = service_catalog_id()
+    before = service_titles(catalog_service, catalog_id, committed_root)
     assert before == {committed_root: "Root", f"{committed_root}/kept": "Kept",
                       f"{committed_root}/doomed-to-stay": "Stays"}
     with on_site(CONNECTED, commit=False) as site:
@@ -66,12 +69,12 @@ def test_a_discarded_transaction_leaves_nothing_in_the_service(catalog_service, 
         batch_ids = transaction.get().extension[EXTENSION_KEY]
         if staged:
             # The service holds the staged batch: asked for it by id, it shows the changes.
-            assert service_titles(catalog_service, committed_root, batch_ids)[f"{committed_root}/kept"] == "Renamed"
+            assert service_titles(catalog_service, catalog_id, committed_root, batch_ids)[f"{committed_root}/kept"] == "Renamed"
         if end == "doom":
             transaction.doom()
             with pytest.raises(DoomedTransaction):
                 transaction.commit()
         # on_site aborts the transaction (the publisher aborts a doomed one the same way).
-    assert service_titles(catalog_service, committed_root) == before
+    assert service_titles(catalog_service, catalog_id, committed_root) == before
     # Named by id, the discarded batch adds nothing either: its staged copy was aborted.
-    assert service_titles(catalog_service, committed_root, batch_ids) == before
+    assert service_titles(catalog_service, catalog_id, committed_root, batch_ids) == before

@@ -20,7 +20,7 @@ from zExceptions import Unauthorized
 from plone_connector.catalog import scripts
 from plone_connector.catalog.client import get_client
 from plone_connector.catalog.tool import catalog_uid
-from tests.connector.sites import CONNECTED, PASSWORD, delete_from, on_site
+from tests.connector.sites import CONNECTED, PASSWORD, delete_from, on_site, service_catalog_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
 
@@ -43,7 +43,7 @@ def make_drift() -> None:
 
 
 def service_entry(path: str) -> dict | None:
-    return get_client().get_object(CONNECTED, catalog_uid(path))
+    return get_client().get_object(service_catalog_id(), catalog_uid(path))
 
 
 def browser(app, user: str | None):
