@@ -56,13 +56,13 @@ def _set_catalog_class(catalog, cls) -> None:
 def _make_service_catalog(tool) -> None:
     """Make the ``_catalog`` of a service tool already in ZODB a ServiceCatalog."""
     base = aq_base(tool)
-    catalog = aq_base(base._catalog)
-    if type(catalog) is not ServiceCatalog:
-        _set_catalog_class(catalog, ServiceCatalog)
-        # A stored reference names the class of the object it points to, and a connection builds
-        # the ghost of a referenced object from that class: unless the tool is written again, a
-        # fresh ZODB cache (a restart) would load its _catalog as the old class.
-        base._p_changed = True
+    _set_catalog_class(aq_base(base._catalog), ServiceCatalog)
+    # A stored reference names the class of the object it points to, and a connection builds
+    # the ghost of a referenced object from that class: unless the tool is written again, a
+    # fresh ZODB cache (a restart) would load its _catalog as the old class. Written even when
+    # _catalog is a ServiceCatalog here: a connection that cached it before another one stored
+    # it as a Catalog still has it as a ServiceCatalog, while the stored reference says Catalog.
+    base._p_changed = True
 
 
 def _value_types(catalog) -> dict[str, str]:

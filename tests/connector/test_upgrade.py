@@ -68,3 +68,39 @@ def test_installing_again_makes_the_stored_catalog_a_service_catalog(plone_sites
     finally:
         with on_site(CONNECTED) as site:
             upgrade_index_views(site.portal_setup)
+
+
+def test_upgrade_in_a_connection_that_cached_the_catalog_before_rewrites_the_reference(plone_sites):
+    """A pooled connection that loaded ``_catalog`` as a ServiceCatalog keeps that class for it
+    after another connection made it a Catalog (invalidation makes a ghost, not a new object): an
+    upgrade run there must still write the tool, whose stored reference names the class."""
+    from zope.component.hooks import setSite
+
+    from plone_connector.catalog.setuphandlers import upgrade_index_views
+
+    with zope.zopeApp() as app:
+        db = app._p_jar.db()
+    manager = transaction.TransactionManager()
+    conn = db.open(transaction_manager=manager)
+    try:
+        site = conn.root()["Application"][CONNECTED]
+        # Held here as a long-lived connection's cache can hold it (until the cyclic garbage
+        # collector runs, say): the tool's reference then resolves to this object by its oid.
+        cached = aq_base(aq_base(site.portal_catalog)._catalog)
+        assert type(cached) is ServiceCatalog
+        make_version_1_site()  # in another connection of the pool
+        manager.begin()
+        assert aq_base(aq_base(site.portal_catalog)._catalog) is cached
+        assert type(cached) is ServiceCatalog
+        setSite(site)
+        try:
+            upgrade_index_views(site.portal_setup)
+            manager.commit()
+        finally:
+            setSite(None)
+        assert catalog_class_as_loaded() is ServiceCatalog
+    finally:
+        manager.abort()
+        conn.close()
+        with on_site(CONNECTED) as site:
+            upgrade_index_views(site.portal_setup)
