@@ -4,9 +4,17 @@ import pytest
 import transaction
 from plone import api
 
-from tests.connector.sites import CONNECTED, SITES, STOCK, on_site
+from tests.connector.sites import CONNECTED, SITES, STOCK, delete_from, on_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
+
+
+@pytest.fixture(autouse=True)
+def removed_afterwards(plone_sites):
+    """Other modules compare the two sites' indexes: what these tests made goes afterwards."""
+    yield
+    for name in SITES:
+        delete_from(name, "e2e", "cache-probe")
 
 
 def brains_view(brains, site):

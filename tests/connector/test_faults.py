@@ -9,22 +9,28 @@ from plone import api
 from plone_connector.catalog import batch as batch_module
 from plone_connector.catalog.errors import CatalogServiceError, ServiceUnavailable
 from plone_connector.catalog.verify import verify
-from tests.connector.sites import CONNECTED, on_site
+from tests.connector.sites import CONNECTED, delete_from, on_site
 from tests.connector.sites import catalog_paths as paths
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
+
+# What the tests of this module create in the connected site.
+MADE_HERE = ("faults", "late", "kept", "rolled-back", "vote-lost", "hooked")
 
 
 @pytest.fixture(autouse=True)
 def clean_baseline(plone_sites, catalog_service):
     """Start from a catalog that matches ZODB. Earlier tests can leave drift that stock Plone
     leaves in ZCatalog too (an indexer that failed while an object was being created, and partial
-    reindexes since): verify finds it, and this test is about what faults add."""
+    reindexes since): verify finds it, and this test is about what faults add. Afterwards, remove
+    what the test made."""
     with on_site(CONNECTED) as site:
         verify(site, repair=True)
     with on_site(CONNECTED) as site:
         assert verify(site).clean
-
+    yield
+    # The stock site never gets these objects, and test_index_data compares the two sites' indexes.
+    delete_from(CONNECTED, *MADE_HERE)
 
 
 def test_service_down_at_commit_aborts_the_transaction(plone_sites, catalog_service):
