@@ -80,6 +80,11 @@ def index_reads(site) -> dict:
 SITE_SPECIFIC = ("DateIndex", "DateRecurringIndex", "UUIDIndex", "DateRangeIndex")
 # The local roles of the users who made each site, generated schema names, random event uids.
 SITE_SPECIFIC_NAMES = ("allowedRolesAndUsers", "object_provides", "sync_uid")
+# CMFUid's cmf_uid: numbers from a counter of each site that only goes up, given to objects as
+# content is saved (the site root too, which keeps its number). Other tests make and remove
+# content in one site only, so the values and which objects have one depend on each site's
+# history, not on the connector: of these reads, only their kind (list, number, error) compares.
+HISTORY_NAMES = ("cmf_uid",)
 # Indexes whose data differ (not their reads): test_published_item_has_is_default_page.
 DIFFERENT_DATA = ("is_default_page",)
 
@@ -130,6 +135,8 @@ def index_type_reads(catalog, name: str, site_id: str) -> dict:
                 lambda a=attribute: [n for _, n in index.uniqueValues(name=a, withLengths=True)], site_id)
     if index.meta_type in SITE_SPECIFIC or name in SITE_SPECIFIC_NAMES:
         reads = {key: sized(value) for key, value in reads.items()}
+    if name in HISTORY_NAMES:
+        reads = {key: value if isinstance(value, tuple) else type(value).__name__ for key, value in reads.items()}
     return reads
 
 
