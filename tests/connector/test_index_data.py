@@ -187,14 +187,20 @@ def assert_same(stock: dict, connected: dict, step: str):
         assert connected[key] == stock[key], f"{step}: {key}"
 
 
-def test_index_data_reads_match_zcatalog(index_content):
+def reads_on_both_sites(reads) -> tuple[dict, dict]:
+    """``reads(site)`` of each site, committed and inside a transaction with pending changes."""
     committed, pending = {}, {}
     for name in SITES:
         with on_site(name, commit=False) as site:
-            committed[name] = index_reads(site)
+            committed[name] = reads(site)
         with on_site(name, commit=False) as site:
             pending_changes(site)
-            pending[name] = index_reads(site)
+            pending[name] = reads(site)
+    return committed, pending
+
+
+def test_index_data_reads_match_zcatalog(index_content):
+    committed, pending = reads_on_both_sites(index_reads)
     stock, connected = committed[STOCK], committed[CONNECTED]
     assert_same(stock, connected, "committed")
     # What the test's content must show, so a comparison of two empty answers cannot pass.
@@ -211,13 +217,7 @@ def test_index_data_reads_match_zcatalog(index_content):
 def test_other_index_types_answer_as_zcatalog(index_content):
     """Path, text and date range indexes (and every index's uniqueValuesFor): the same values,
     counts and errors as ZCatalog's, committed and with pending changes."""
-    committed, pending = {}, {}
-    for name in SITES:
-        with on_site(name, commit=False) as site:
-            committed[name] = other_index_reads(site)
-        with on_site(name, commit=False) as site:
-            pending_changes(site)
-            pending[name] = other_index_reads(site)
+    committed, pending = reads_on_both_sites(other_index_reads)
     stock = committed[STOCK]
     for step, answers in (("committed", committed), ("pending changes", pending)):
         differing = {name: (reads, answers[CONNECTED][name]) for name, reads in answers[STOCK].items()
