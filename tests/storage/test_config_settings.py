@@ -32,9 +32,16 @@ def _open(dsn, blob_dir, extra):
     )
 
 
+def _size_or_zero(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:  # the cache's cleaner removed it after the directory was listed
+        return 0
+
+
 def _cached_bytes(blob_dir) -> int:
     return sum(
-        os.path.getsize(os.path.join(folder, name))
+        _size_or_zero(os.path.join(folder, name))
         for folder, subfolders, names in os.walk(blob_dir)
         if not folder.startswith(os.path.join(str(blob_dir), "tmp"))
         for name in names
