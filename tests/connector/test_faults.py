@@ -15,7 +15,7 @@ from tests.connector.sites import catalog_paths as paths
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
 
 # What the tests of this module create in the connected site.
-MADE_HERE = ("faults", "late", "kept", "rolled-back", "vote-lost", "hooked")
+MADE_HERE = ("faults", "late", "kept", "rolled-back", "vote-lost", "hooked", "crashed")
 
 
 @pytest.fixture(autouse=True)
@@ -123,3 +123,34 @@ def test_after_commit_hooks_send_no_abort_for_a_committed_batch(plone_sites, mon
     with on_site(CONNECTED) as site:
         assert paths(site, id="hooked") == ["/conn/hooked"]
         api.content.delete(site["hooked"])
+
+
+def test_service_killed_between_vote_and_commit(plone_sites, catalog_service, monkeypatch):
+    """A real crash of the service after the batch was staged and ZODB voted: ZODB commits, the
+    staged batch survives in PostgreSQL, and the process commits it once the service is back."""
+    from plone_connector.catalog.client import CatalogClient
+
+    real_commit = CatalogClient.commit_batch
+    killed = []
+
+    def commit_after_a_crash(self, catalog_id, batch_id):
+        if not killed:
+            killed.append(batch_id)
+            catalog_service.stop(kill=True)
+        return real_commit(self, catalog_id, batch_id)
+
+    monkeypatch.setattr(CatalogClient, "commit_batch", commit_after_a_crash)
+    try:
+        with on_site(CONNECTED) as site:
+            api.content.create(container=site, type="Document", id="crashed", title="Crashed")
+        assert killed, "the catalog commit was never reached"
+        assert killed[0] in [batch_id for _, batch_id in batch_module._unfinished]
+    finally:
+        catalog_service.start()
+    with on_site(CONNECTED) as site:
+        # ZODB has the document; the first query after the restart commits the staged batch.
+        assert "crashed" in site
+        assert paths(site, id="crashed") == ["/conn/crashed"]
+        assert not batch_module._unfinished
+        report = verify(site)
+        assert report.clean, report.as_dict()
