@@ -114,6 +114,8 @@ def flush(tool=None):
         return
     if state is None or not state.containers:
         return
+    from .tool import created_in_this_transaction
+
     containers, state.containers = state.containers, {}
     for container, before in containers.values():
         current = _ordered_ids(container)
@@ -129,4 +131,10 @@ def flush(tool=None):
             child = container._getOb(cid, None)
             if child is None or not hasattr(aq_base(child), "reindexObject"):
                 continue
-            catalog.catalog_object(child, "/".join(child.getPhysicalPath()), idxs=[GOPIP], update_metadata=0)
+            path = "/".join(child.getPhysicalPath())
+            if created_in_this_transaction(child) and not catalog.has_full_entry(path):
+                # Its queued index operation indexes every index, its position included. Sent
+                # alone, the position would make a catalog entry ZCatalog has not got yet, which
+                # the transaction's own searches (reindexObjectSecurity's) would then find.
+                continue
+            catalog.catalog_object(child, path, idxs=[GOPIP], update_metadata=0)

@@ -488,14 +488,8 @@ class ServiceCatalogTool(CatalogTool):
         if len(query) != 1 or not isinstance(path, str) or not path.startswith("/"):
             return False
         obj = self.unrestrictedTraverse(path, None)
-        if obj is None:
+        if obj is None or not created_in_this_transaction(obj):
             return False
-        base = aq_base(obj)
-        oid = getattr(base, "_p_oid", None)
-        if oid is not None:
-            jar = getattr(base, "_p_jar", None)
-            if jar is None or (oid not in getattr(jar, "_added", {}) and oid not in getattr(jar, "_creating", {})):
-                return False
         manager = self._manager(create=False)
         if manager is None:
             return True
@@ -505,6 +499,14 @@ class ServiceCatalogTool(CatalogTool):
             if entry_path.startswith("sha256:") or entry_path == path or entry_path.startswith(prefix):
                 return False
         return True
+
+    def has_full_entry(self, path: str) -> bool:
+        """Whether this transaction's batch indexes ``path`` with every index (not only some)."""
+        manager = self._manager(create=False)
+        if manager is None:
+            return False
+        entry = manager.batch.entries.get(catalog_uid(path))
+        return entry is not None and entry["op"] == "index" and "idxs" not in entry
 
     def _query_of(self, query, kw: dict) -> dict:
         """The query of a searchResults call. ZCatalog's Catalog.searchResults takes ``_merge`` as
@@ -675,6 +677,20 @@ class ServiceCatalogTool(CatalogTool):
     def __bool__(self):
         # Truth tests on the tool are common; they must not cost a round trip (or depend on size).
         return True
+
+
+def created_in_this_transaction(obj) -> bool:
+    """Whether ``obj`` was added to the database in the current transaction (or not at all yet)."""
+    base = aq_base(obj)
+    oid = getattr(base, "_p_oid", None)
+    if oid is None:
+        return True
+    jar = getattr(base, "_p_jar", None)
+    if jar is None or oid in getattr(jar, "_added", {}) or oid in getattr(jar, "_creating", {}):
+        return True
+    # After a savepoint (plone.api's create makes one) new objects are the savepoint storage's.
+    savepoint_storage = getattr(jar, "_savepoint_storage", None)
+    return savepoint_storage is not None and oid in getattr(savepoint_storage, "creating", {})
 
 
 def _rid_paths(catalog_id: str) -> dict:

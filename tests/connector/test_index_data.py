@@ -85,8 +85,9 @@ SITE_SPECIFIC_NAMES = ("allowedRolesAndUsers", "object_provides", "sync_uid")
 # content in one site only, so the values and which objects have one depend on each site's
 # history, not on the connector: of these reads, only their kind (list, number, error) compares.
 HISTORY_NAMES = ("cmf_uid",)
-# Indexes whose data differ (not their reads): test_published_item_has_is_default_page.
-DIFFERENT_DATA = ("is_default_page",)
+# Date indexes count distinct minutes (DateIndex) or dates: how many depends on whether a site's
+# content was made across a minute boundary, so only the kind of that count compares.
+DISTINCT_TIMES = ("DateIndex", "DateRecurringIndex")
 
 
 def outcome(read, site_id):
@@ -113,8 +114,7 @@ def other_index_reads(site) -> dict:
     processQueue()
     catalog = site.portal_catalog
     site_id = site.getId()
-    return {name: index_type_reads(catalog, name, site_id) for name in catalog.indexes()
-            if name not in DIFFERENT_DATA}
+    return {name: index_type_reads(catalog, name, site_id) for name in catalog.indexes()}
 
 
 def index_type_reads(catalog, name: str, site_id: str) -> dict:
@@ -135,6 +135,8 @@ def index_type_reads(catalog, name: str, site_id: str) -> dict:
                 lambda a=attribute: [n for _, n in index.uniqueValues(name=a, withLengths=True)], site_id)
     if index.meta_type in SITE_SPECIFIC or name in SITE_SPECIFIC_NAMES:
         reads = {key: sized(value) for key, value in reads.items()}
+    if index.meta_type in DISTINCT_TIMES and isinstance(reads["indexSize"], int):
+        reads["indexSize"] = "number"
     if name in HISTORY_NAMES:
         reads = {key: value if isinstance(value, tuple) else type(value).__name__ for key, value in reads.items()}
     return reads
@@ -235,9 +237,11 @@ def test_other_index_types_answer_as_zcatalog(index_content):
     assert "link" in pending[STOCK]["path"]["uniqueValues"] and "news" not in pending[STOCK]["path"]["uniqueValues"]
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: the connected site's published News Item has no "
-                   "is_default_page entry (ZCatalog's has False); its index reads are right")
 def test_published_item_has_is_default_page(index_content):
+    """An item created and published in one transaction: the publish transition's
+    reindexObjectSecurity must not find it before its queued index runs (it did, through the
+    position the connector had sent alone, and queued it without the request in its acquisition
+    chain, so the is_default_page indexer failed and the entry had no value)."""
     entries = {}
     for name in SITES:
         with on_site(name, commit=False) as site:
