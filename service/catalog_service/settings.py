@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     relevance_top: int = Field(default=1000, ge=0)
     # ... from cells holding at least this many documents, plus four per result asked for.
     relevance_candidates: int = Field(default=100, ge=1)
+    # ... with a generic plan, made once per connection: planning it for its parameters took
+    # longer than running it on small catalogs (docs/decisions/0012). False plans every run.
+    relevance_generic_plan: bool = True
     # Staged batches not committed or aborted in this many seconds are resolved (or dropped).
     staged_batch_ttl: float = 900.0
     # ... except an unrecorded batch of a catalog whose client resolves its batches itself (the

@@ -10,6 +10,7 @@ import random
 from collections import Counter
 from datetime import UTC, datetime
 
+import asyncpg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -328,12 +329,13 @@ def test_queries_known_to_have_few_results_skip_the_cells(db, monkeypatch):
     from catalog_service.store import search as search_module
     from catalog_service.store.search import CountCache, search
 
-    sent = []
+    sent, generic = [], []
     fetch = search_module._fetch
 
-    async def spy(conn, sql, params):
+    async def spy(conn, sql, params, **kw):
         sent.append(sql)
-        return await fetch(conn, sql, params)
+        generic.append(kw.get("generic_plan", False))
+        return await fetch(conn, sql, params, **kw)
 
     monkeypatch.setattr(search_module, "_fetch", spy)
 
@@ -349,6 +351,9 @@ def test_queries_known_to_have_few_results_skip_the_cells(db, monkeypatch):
             answer = orjson.loads((await search(conn, catalog, SearchRequest(query={"SearchableText": word}, b_size=5),
                                                 UNRESTRICTED, Limits(), counts=counts)).body)
             used_cells = any("best as materialized" in sql for sql in sent)
+            # The cells' statement, and only it, runs with a generic plan.
+            assert generic == ["best as materialized" in sql for sql in sent]
+            generic.clear()
             pages.setdefault(word, []).append((answer["items_total"], [i["uid"] for i in answer["items"]], used_cells))
         # First time: the cells' statement; then the plain one for the rare word only.
         assert [p[2] for p in pages["rare"]] == [True, False]
@@ -356,5 +361,49 @@ def test_queries_known_to_have_few_results_skip_the_cells(db, monkeypatch):
         for word, (first, second) in pages.items():
             assert first[:2] == second[:2], word
         assert pages["rare"][0][0] == 12 and pages["common"][0][0] == 388
+
+    run(db, work)
+
+
+def test_cells_statement_runs_with_a_generic_plan_and_leaves_the_session_as_it_was(db):
+    """The relevance page from the cells is planned once per connection (a generic plan kept with
+    its prepared statement), in a transaction of its own: afterwards, also after a failure, the
+    connection plans each statement for its parameters again and is in no transaction. With
+    ``relevance_generic_plan`` off it is planned for its parameters, with the same answer."""
+    import orjson
+
+    from catalog_schemas.api import SearchRequest
+    from catalog_service.store.search import CountCache, _fetch, search
+
+    async def work(conn):
+        await conn.execute("set plan_cache_mode = force_custom_plan")  # as the service's sessions
+        catalog = await _catalog(conn, "generic", SearchableText="ZCTextIndex", portal_type="FieldIndex")
+        rnd = random.Random(7)
+        await _commit(conn, catalog, "b0", [_entry(f"u{n}", _text(rnd)) for n in range(300)])
+        request = SearchRequest(query={"SearchableText": "garden"}, b_size=5)
+
+        async def page(limits):
+            body = (await search(conn, catalog, request, UNRESTRICTED, limits, counts=CountCache(10))).body
+            return orjson.loads(body)
+
+        async def cells_plans():
+            return await conn.fetch("select generic_plans, custom_plans from pg_prepared_statements "
+                                    "where strpos(statement, 'best as ' || 'materialized') > 0")
+
+        answers = [await page(Limits()) for _ in range(3)]
+        plans = await cells_plans()
+        assert [tuple(r) for r in plans] == [(3, 0)]
+        assert await conn.fetchval("show plan_cache_mode") == "force_custom_plan"
+        assert not conn.is_in_transaction()
+
+        assert await page(Limits(relevance_generic_plan=False)) == answers[0]
+        plans = await cells_plans()
+        assert [tuple(r) for r in plans] == [(3, 1)]  # the same statement, planned for its parameters
+        assert answers[0]["items_total"] > 5 and answers.count(answers[0]) == 3
+
+        with pytest.raises(asyncpg.DataError):  # fails inside the statement's transaction
+            await _fetch(conn, "select 1 / $1::integer", [0], generic_plan=True)
+        assert await conn.fetchval("show plan_cache_mode") == "force_custom_plan"
+        assert not conn.is_in_transaction()
 
     run(db, work)

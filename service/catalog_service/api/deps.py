@@ -27,7 +27,8 @@ async def settings(request: Request) -> Settings:
 def limits_of(s: Settings) -> Limits:
     return Limits(max_b_size=s.max_b_size, max_unbatched=s.max_unbatched, max_list_length=s.max_list_length,
                   max_text_length=s.max_text_length, max_query_terms=s.max_query_terms,
-                  relevance_top=s.relevance_top, relevance_candidates=s.relevance_candidates)
+                  relevance_top=s.relevance_top, relevance_candidates=s.relevance_candidates,
+                  relevance_generic_plan=s.relevance_generic_plan)
 
 
 def limits_for(request: Request) -> Limits:

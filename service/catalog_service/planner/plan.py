@@ -48,6 +48,8 @@ class Limits:
     # that hold at least ``relevance_candidates`` documents plus four per result asked for.
     relevance_top: int = 1000
     relevance_candidates: int = 100
+    # That page's statement runs with a generic plan, kept per connection (store/search.py).
+    relevance_generic_plan: bool = True
 
 
 @dataclass(frozen=True)

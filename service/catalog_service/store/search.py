@@ -10,6 +10,7 @@ again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import re
 import threading
@@ -144,11 +145,39 @@ def _batch_column(request: SearchRequest, params: list) -> str:
             f"and b.batch_id = ${len(params)}::text)")
 
 
-async def _fetch(conn: asyncpg.Connection, sql: str, params: list) -> list:
+async def _fetch(conn: asyncpg.Connection, sql: str, params: list, generic_plan: bool = False) -> list:
     try:
+        if generic_plan:
+            return await _fetch_generic(conn, sql, params)
         return await conn.fetch(sql, *params)
     except asyncpg.UndefinedTableError as exc:
         raise StaleSchema() from exc
+
+
+async def _fetch_generic(conn: asyncpg.Connection, sql: str, params: list) -> list:
+    """Run ``sql`` with a generic plan, made once per connection and kept with its prepared
+    statement, in a transaction of its own so that the setting ends with it.
+
+    For the statement of a relevance page read from score cells (docs/decisions/0007). The service
+    plans every other statement for its parameters (``plan_cache_mode``, database.server_settings),
+    and this one took PostgreSQL 0.9-1.6 ms to plan, several times its run on a small catalog. Its
+    plan does not depend on the parameters: the rows come through the cells index, whose keys
+    (the ``cell`` CTE) are known only when it runs, whatever the mode (docs/decisions/0012).
+
+    A failure rolls the transaction back; a cancelled task leaves it open, and the pool rolls it
+    back when the connection comes back (Database.release_read keeps no connection that is in a
+    transaction)."""
+    await conn.execute("begin; set local plan_cache_mode = force_generic_plan")
+    try:
+        rows = await conn.fetch(sql, *params)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        with contextlib.suppress(Exception):  # a broken connection: the pool drops it
+            await conn.execute("rollback")
+        raise
+    await conn.execute("commit")
+    return rows
 
 
 def _head(rows: list, catalog: Catalog):
@@ -180,11 +209,13 @@ async def _page_and_total(conn, catalog: Catalog, plan, request: SearchRequest, 
     """
     limit = plan.b_size if plan.b_size is not None else limits.max_unbatched
     key = None if counts is None or counts.size <= 0 else _count_key(catalog, plan, request)
+    from_cells = bool(plan.plain_sql) and limits.relevance_generic_plan
     if plan.plain_sql and key is not None:
         known = counts.get(key)
         if known is not None and known[2] < plan.plain_below:
             # Few results the last time (at any state: this only picks one of two exact plans).
             plan = replace(plan, sql=plan.plain_sql, params=_leading_params(plan.plain_sql, plan.params))
+            from_cells = False
     params = list(plan.params) + [catalog.id]
     cat = f"${len(params)}::integer"
     batch_state = _batch_column(request, params)
@@ -193,7 +224,7 @@ async def _page_and_total(conn, catalog: Catalog, plan, request: SearchRequest, 
         # row_number() carries the page's order through the join (SQL keeps no order otherwise).
         rows = await _fetch(conn, f"{head_sql}, null::bigint as total, r.* from catalog c "
                                   f"left join (select q.*, row_number() over () as n from ({plan.sql}) q) r on true "
-                                  f"where c.id = {cat} order by r.n", params)
+                                  f"where c.id = {cat} order by r.n", params, generic_plan=from_cells)
         head = dict(_head(rows, catalog))
         rows = rows if head["rid"] is not None else []
         state = (head["counter"], head["schema_rev"])
