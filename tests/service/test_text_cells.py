@@ -406,4 +406,15 @@ def test_cells_statement_runs_with_a_generic_plan_and_leaves_the_session_as_it_w
         assert await conn.fetchval("show plan_cache_mode") == "force_custom_plan"
         assert not conn.is_in_transaction()
 
+        # Inside a caller's transaction it neither commits that transaction nor changes its plans.
+        await conn.execute("create temporary table probe (n integer)")
+        tr = conn.transaction()
+        await tr.start()
+        await conn.execute("insert into probe values (1)")
+        assert await _fetch(conn, "select count(*) as n from probe", [], generic_plan=True) == [(1,)]
+        assert conn.is_in_transaction()
+        assert await conn.fetchval("show plan_cache_mode") == "force_custom_plan"
+        await tr.rollback()
+        assert await conn.fetchval("select count(*) from probe") == 0
+
     run(db, work)

@@ -147,7 +147,7 @@ def _batch_column(request: SearchRequest, params: list) -> str:
 
 async def _fetch(conn: asyncpg.Connection, sql: str, params: list, generic_plan: bool = False) -> list:
     try:
-        if generic_plan:
+        if generic_plan and not conn.is_in_transaction():  # inside a caller's transaction: as planned
             return await _fetch_generic(conn, sql, params)
         return await conn.fetch(sql, *params)
     except asyncpg.UndefinedTableError as exc:
