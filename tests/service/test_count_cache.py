@@ -234,11 +234,11 @@ def test_identical_misses_wait_for_one_count(dsn, monkeypatch):
     counted = []
     fetch = search_module._fetch
 
-    async def slow_count(conn, sql, params):
+    async def slow_count(conn, sql, params, **kw):
         if " as total from catalog c " in sql:
             counted.append(sql)
             await asyncio.sleep(0.3)  # both requests are past their page before this one ends
-        return await fetch(conn, sql, params)
+        return await fetch(conn, sql, params, **kw)
 
     monkeypatch.setattr(search_module, "_fetch", slow_count)
 
