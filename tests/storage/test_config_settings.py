@@ -68,9 +68,12 @@ def test_blob_cache_size_trims_the_cache_and_blobs_stay_readable(storage_dsn, tm
         with db.transaction() as conn:
             for key, content in contents.items():
                 conn.root()[key] = ZODB.blob.Blob(content)
-        # Own commits fill the cache with 30,000 bytes; the cleanup trims it to 10 KiB minus
-        # the check's 20 % (8,192 bytes).
-        assert _wait_for(lambda: _cached_bytes(blob_dir) <= 8192), _cached_bytes(blob_dir)
+        # Own commits put 30,000 bytes in the cache; each 3,000-byte file is more than the check's
+        # 20 % of 10 KiB, so each starts a cleanup, which trims to 8,192 bytes whenever it finds
+        # more than 10 KiB. A cleanup that runs while the commit is still moving files in ends
+        # with anything up to 10 KiB (a CI run saw 9,000); the trim's own target is tested on a
+        # directory below (test_blob_cache_cleanup_removes_the_least_recently_used_files_first).
+        assert _wait_for(lambda: _cached_bytes(blob_dir) <= 10 * 1024), _cached_bytes(blob_dir)
         assert _cached_bytes(blob_dir) > 0  # trimmed, not emptied
         # Every blob reads back, downloaded again where it was removed; the downloads trim too.
         db2 = ZODB.DB(_open(storage_dsn, blob_dir, "blob-cache-size 10KB\nblob-cache-size-check 20"))
