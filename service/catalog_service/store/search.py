@@ -209,13 +209,13 @@ async def _page_and_total(conn, catalog: Catalog, plan, request: SearchRequest, 
     """
     limit = plan.b_size if plan.b_size is not None else limits.max_unbatched
     key = None if counts is None or counts.size <= 0 else _count_key(catalog, plan, request)
-    from_cells = bool(plan.plain_sql) and limits.relevance_generic_plan
     if plan.plain_sql and key is not None:
         known = counts.get(key)
         if known is not None and known[2] < plan.plain_below:
             # Few results the last time (at any state: this only picks one of two exact plans).
             plan = replace(plan, sql=plan.plain_sql, params=_leading_params(plan.plain_sql, plan.params))
-            from_cells = False
+    # The statement from the score cells (not its plain form) gets a generic plan (decision 0012).
+    from_cells = limits.relevance_generic_plan and bool(plan.plain_sql) and plan.sql is not plan.plain_sql
     params = list(plan.params) + [catalog.id]
     cat = f"${len(params)}::integer"
     batch_state = _batch_column(request, params)
