@@ -69,7 +69,9 @@ def test_buckets_in_sql_are_the_python_buckets(db):
 
 
 # No NUL: batches holding one are refused before anything is stored (test_api).
-_TEXT = st.text(st.characters(blacklist_characters="\x00"), max_size=12)
+# Index values reach the service as JSON, which holds no NUL in text and no lone surrogate
+# (orjson refuses to read or write one).
+_TEXT = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=12)
 _JSON_SCALARS = st.one_of(_TEXT, st.integers(-10**6, 10**6), st.booleans(), st.none(),
                          st.floats(allow_nan=False, allow_infinity=False, width=32))
 
