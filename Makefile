@@ -11,9 +11,13 @@ $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-$(STAMP): $(BIN)/uv requirements.txt pyproject.toml
+# The storage's transcoder is compiled in place (hatch_build.py): a change of its sources rebuilds.
+TRANSCODER := hatch_build.py $(wildcard plone_connector/storage/jsonstate*.py plone_connector/storage/jsonstate*.pxd)
+
+$(STAMP): $(BIN)/uv requirements.txt pyproject.toml $(TRANSCODER)
 	$(BIN)/uv pip sync --quiet --python $(BIN)/python requirements.txt
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps --no-build-isolation -e .
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps --no-build-isolation \
+		--reinstall-package plone-catalog-service -e .
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -14,10 +14,13 @@ WORKDIR /src
 # Dependencies first: this layer is rebuilt only when the pins change.
 COPY requirements-service.txt ./
 RUN uv pip sync --python /opt/venv/bin/python requirements-service.txt
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md hatch_build.py ./
 COPY schemas ./schemas
 COPY service ./service
 COPY plone_connector ./plone_connector
+# The service never opens the ZODB storage: its transcoder is not compiled here (no compiler in
+# this image; hatch_build.py).
+ENV PLONE_CONNECTOR_PURE_PYTHON=1
 RUN uv pip install --python /opt/venv/bin/python --no-deps . \
     && /opt/venv/bin/catalog-service --help > /dev/null
 

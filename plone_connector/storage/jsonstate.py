@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from plone_connector.storage.jsonstate_pickle import FormatError, utc_from_micros, write_record
 from plone_connector.storage.jsonstate_tree import (
+    MAX_NESTING,
     GlobalMeta,
     Node,
     Ref,
@@ -150,6 +151,13 @@ class _Encoder:
         self.seen: dict[int, object] = {}
         self.duplicates: set[int] = set()
         self.numbers: dict[int, int] = {}
+        self.depth = 0  # containers being encoded, one inside the other
+
+    def enter(self) -> None:
+        depth = self.depth + 1
+        if depth > MAX_NESTING:
+            raise _Unsupported(f"containers nested deeper than {MAX_NESTING}")
+        self.depth = depth
 
     def track(self, value) -> dict | None:
         """Register a mutable object; return the JSON to use instead if it was seen."""
@@ -216,19 +224,23 @@ class _Encoder:
 
     def enc_items(self, values) -> list:
         # ASCII texts without U+0000 and None are their own JSON (the common items): no call.
+        self.enter()
         enc = self.enc
-        return [
+        items = [
             item
             if (type(item) is str and item.isascii() and "\x00" not in item) or item is None
             else enc(item)
             for item in values
         ]
+        self.depth -= 1
+        return items
 
     def enc_dict(self, value: dict):
         again = self.track(value)
         if again is not None:
             return again
         self.number(value)
+        self.enter()
         if _plain_keys(value):
             enc = self.enc
             body = {
@@ -239,6 +251,7 @@ class _Encoder:
             }
         else:
             body = {"@dict": [[self.enc(key), self.enc(item)] for key, item in value.items()]}
+        self.depth -= 1
         return self.wrap(value, body)
 
     def enc_ref(self, pid):
@@ -264,9 +277,18 @@ class _Encoder:
                 return {"@mref": [args[0], args[1].hex(), args[2].dotted]}
             if ref_type == "n" and len(args) == 2 and type(args[0]) is str and type(args[1]) is bytes:
                 return {"@nref": [args[0], args[1].hex()]}
-        return {"@pid": self.enc(pid)}
+        self.enter()  # a persistent id may hold another one
+        body = {"@pid": self.enc(pid)}
+        self.depth -= 1
+        return body
 
     def enc_node(self, node: Node):
+        self.enter()
+        body = self.enc_call(node)
+        self.depth -= 1
+        return body
+
+    def enc_call(self, node: Node):
         func = node.func
         if type(func) is GlobalMeta:
             sugar = _SUGAR.get((node.kind, func.module, func.name))

@@ -48,6 +48,11 @@ _CACHED_TEXT_LENGTH = 64
 _str_opcodes: dict[str, bytes] = {}
 _global_opcodes: dict[str, bytes] = {}
 
+# JSON nested deeper than this is refused. The encoder writes far less (jsonstate_tree.MAX_NESTING
+# containers, a few JSON levels each); json.loads stops near Python's recursion limit anyway.
+# The compiled writer recurses on the C stack, which that limit does not guard: this does.
+MAX_JSON_NESTING = 1000
+
 _CALL_FIELDS = frozenset({"func", "class", "args", "items", "dictitems", "state"})
 _DATETIME_FIELDS = frozenset({"utc", "tz", "naive"})
 
@@ -147,6 +152,7 @@ class RecordWriter:
         self.shared_memo: dict[int, int] = {}  # @shared id -> memo index
         self.shared_defs: dict[int, object] | None = None
         self.in_progress: set[int] = set()
+        self.depth = 0  # JSON objects and arrays being written, one inside the other
 
     # -- low level ---------------------------------------------------------------------
 
@@ -250,6 +256,10 @@ class RecordWriter:
     def value(self, value, share: int | None = None) -> None:
         kind = type(value)
         if kind is dict:
+            depth = self.depth + 1
+            if depth > MAX_JSON_NESTING:
+                raise FormatError(f"JSON nested deeper than {MAX_JSON_NESTING}")
+            self.depth = depth
             if len(value) == 1:
                 (key,) = value
                 if key[:1] == "@":
@@ -257,8 +267,10 @@ class RecordWriter:
                     if handler is None:
                         raise FormatError(f"unknown tag {key!r}")
                     handler(self, value[key], share)
+                    self.depth = depth - 1
                     return
             self.write_dict(value, share)
+            self.depth = depth - 1
             return
         if kind is str:
             self.write_str(value)
@@ -269,9 +281,14 @@ class RecordWriter:
         elif kind is bool:
             self.out.append(NEWTRUE if value else NEWFALSE)
         elif kind is list:
+            depth = self.depth + 1
+            if depth > MAX_JSON_NESTING:
+                raise FormatError(f"JSON nested deeper than {MAX_JSON_NESTING}")
+            self.depth = depth
             self.out.append(EMPTY_LIST)
             self.created(share)
             self.write_items(value)
+            self.depth = depth - 1
             return
         elif kind is float:
             self.write_float(value)
@@ -328,7 +345,7 @@ class RecordWriter:
     def find_shared(self, number: int):
         if self.shared_defs is None:
             self.shared_defs = {}
-            _collect_shared(self.root, self.shared_defs)
+            _collect_shared(self.root, self.shared_defs, 0)
         try:
             return self.shared_defs[number]
         except KeyError:
@@ -361,25 +378,30 @@ class RecordWriter:
             self.get(index)
 
 
-def _collect_shared(value, found: dict) -> None:
+def _collect_shared(value, found: dict, depth: int) -> None:
     kind = type(value)
+    if kind is not list and kind is not dict:
+        return
+    depth += 1
+    if depth > MAX_JSON_NESTING:
+        raise FormatError(f"JSON nested deeper than {MAX_JSON_NESTING}")
     if kind is list:
         for item in value:
-            _collect_shared(item, found)
-    elif kind is dict:
+            _collect_shared(item, found, depth)
+    else:
         if len(value) == 1:
             key = next(iter(value))
             if key == "@shared":
                 body = value[key]
                 if type(body) is dict and type(body.get("id")) is int:
                     found[body["id"]] = body
-                    _collect_shared(body.get("value"), found)
+                    _collect_shared(body.get("value"), found, depth)
                 return
             if key[:1] == "@":
-                _collect_shared(value[key], found)
+                _collect_shared(value[key], found, depth)
                 return
         for item in value.values():
-            _collect_shared(item, found)
+            _collect_shared(item, found, depth)
 
 
 # -- tag handlers -------------------------------------------------------------------------

@@ -38,6 +38,12 @@ VALUE_GLOBALS = frozenset(
     }
 )
 
+# Containers nested deeper than this have no JSON form: such a record is kept exact. The bound
+# is the transcoder's own, not Python's recursion limit, so that the compiled transcoder (which
+# recurses on the C stack, unguarded by that limit) and the pure one stop at the same depth,
+# and the pure one stays well within the limit (a few frames per level).
+MAX_NESTING = 64
+
 # Distinct globals seen in a process are few (classes and functions of the application);
 # the cap only guards against a hostile stream of made-up names.
 _GLOBAL_CACHE_LIMIT = 100_000
@@ -159,7 +165,7 @@ class _StructureUnpickler(Unpickler):
         return ref
 
 
-_new_ref = object.__new__
+_new_ref = Ref.__new__  # not object.__new__: Ref may be an extension type
 
 
 def load_structure(record: bytes) -> tuple[object, object, list]:
@@ -222,6 +228,9 @@ def same_structure(a, b, *, ordered: bool = True) -> bool:
     return _Comparison(ordered).same(a, b)
 
 
+# Tuples, op lists and persistent ids nest within one level of the encoder's count.
+_COMPARE_NESTING = 4 * MAX_NESTING
+
 # Types compared by ==, once the types match.
 _ATOMS = frozenset({str, int, bytes, bool, type(None)})
 
@@ -231,6 +240,14 @@ class _Comparison:
         self.ordered = ordered
         self.pairs: dict[int, object] = {}
         self.back: dict[int, object] = {}
+        # Nesting of the comparison; a False answer ends it, so only True paths step back out.
+        self.depth = 0
+
+    def enter(self) -> None:
+        depth = self.depth + 1
+        if depth > _COMPARE_NESTING:
+            raise RecursionError(f"structures nested deeper than {_COMPARE_NESTING}")
+        self.depth = depth
 
     def same(self, a, b) -> bool:
         ta = type(a)
@@ -246,7 +263,11 @@ class _Comparison:
             a, b = a.pid, b.pid
             if type(a) is tuple:  # (oid, class), the usual persistent id
                 return type(b) is tuple and len(a) == len(b) and self.same_items(a, b)
-            return self.same(a, b)
+            self.enter()  # a persistent id may hold another one
+            if not self.same(a, b):
+                return False
+            self.depth -= 1
+            return True
         if ta is float:
             return _pack_double(a) == _pack_double(b)
         if ta is list or ta is dict or (ta is Node and not a.is_value()):
@@ -265,16 +286,19 @@ class _Comparison:
         if ta is Node:
             if a.kind != b.kind or len(a.ops) != len(b.ops):
                 return False
+            self.enter()
             if not (self.same(a.func, b.func) and self.same(a.args, b.args)):
                 return False
             for (ka, va), (kb, vb) in zip(a.ops, b.ops, strict=True):
                 if ka != kb or not self.same(_op_value(ka, va), _op_value(kb, vb)):
                     return False
+            self.depth -= 1
             return True
         # Anything else (sets, bytearrays of newer protocols) is not part of the format.
         return False
 
     def same_items(self, a, b) -> bool:
+        self.enter()
         same = self.same
         for x, y in zip(a, b, strict=True):
             tx = type(x)
@@ -288,14 +312,20 @@ class _Comparison:
                     return False
             elif not same(x, y):
                 return False
+        self.depth -= 1
         return True
 
     def same_dicts(self, a: dict, b: dict) -> bool:
+        self.enter()
         same = self.same
-        if not self.ordered and all(type(k) is str for k in a):
+        if not self.ordered and _all_str(a):
             if a.keys() != b.keys():
                 return False
-            return all(same(a[k], b[k]) for k in a)
+            for key in a:
+                if not same(a[key], b[key]):
+                    return False
+            self.depth -= 1
+            return True
         for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True):
             if type(ka) is str:
                 if type(kb) is not str or ka != kb:
@@ -313,7 +343,13 @@ class _Comparison:
                 continue
             elif not same(va, vb):
                 return False
+        self.depth -= 1
         return True
+
+
+def _all_str(keys) -> bool:
+    # Outside the class: the compiled build allows no generator inside its methods.
+    return all(type(key) is str for key in keys)
 
 
 def _op_value(kind: str, value):

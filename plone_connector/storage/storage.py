@@ -47,7 +47,7 @@ from ZODB.ConflictResolution import ConflictResolvingStorage
 from ZODB.utils import p64, u64, z64
 from zope.interface import implementer
 
-from plone_connector.storage import jsonstate
+from plone_connector.storage import jsonstate, transcoder
 from plone_connector.storage.blobcache import BlobCacheLimit
 from plone_connector.storage.cache import Pending, StateCache
 from plone_connector.storage.listener import CHANNEL, InvalidationListener
@@ -273,6 +273,7 @@ class JsonbStorage(ConflictResolvingStorage):
                 commit_lock_timeout=commit_lock_timeout,
                 blob_cache=blob_cache,
             )
+            log.info("%s: JSON state transcoder %s", _shared.name, transcoder.active())
         self._shared = _shared
         self._hp = _shared.history_preserving
         self._is_main = _shared.instances == 0

@@ -235,6 +235,25 @@ def test_every_plone_record_round_trips(plone_site_db):
         assert classes[must], must
 
 
+def test_compiled_and_pure_transcoders_agree_on_every_plone_record(plone_site_db):
+    """The compiled transcoder (what the storage runs) against its pure Python source, the
+    reference (tests/storage/test_transcoder_compiled.py): the same JSON text, references and
+    exact copies for every record, and the same bytes decoded back."""
+    from plone_connector.storage import jsonstate, transcoder
+
+    pure = transcoder.load_pure()["jsonstate"]
+    records = reachable_records(plone_site_db.storage)
+    assert len(records) > 500
+    for oid, data in records.items():
+        results = []
+        for module in (jsonstate, pure):
+            encoded = module.encode_record(data)
+            text = module.json_dumps(encoded.state)
+            rebuilt = module.decode_record(encoded.class_name, json.loads(text)) if encoded.exact is None else None
+            results.append((encoded.class_name, text, encoded.refs, encoded.exact, encoded.reason, rebuilt))
+        assert results[0] == results[1], oid
+
+
 def test_own_commits_cache_the_bytes_a_load_from_postgresql_rebuilds(plone_site_db, database_url):
     """The storage caches the records its own commits wrote as a load would rebuild them from the
     jsonb column (storage.own_record): for every record of the site, the same bytes."""

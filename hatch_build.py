@@ -1,0 +1,95 @@
+"""Build hook: compile the JSON state transcoder of the ZODB storage with Cython.
+
+The three transcoder modules (plone_connector/storage/jsonstate*.py) are plain Python and
+stay the reference. Built wheels and editable installs also get a compiled extension module
+for each, from the same source plus the typing declarations in the ``.pxd`` file beside it;
+Python imports an extension module in preference to the ``.py`` of the same name. The tests
+compare the two on generated graphs and on a Plone site's records (tests/storage/
+test_transcoder_compiled.py).
+
+``PLONE_CONNECTOR_PURE_PYTHON=1`` skips the compilation (a platform without a C compiler, or
+an image that never opens the storage); everything then runs on the pure modules.
+
+``compiled_sources.json`` beside the modules records the SHA-256 of each source the extensions
+were built from, so a test can tell a stale build from a current one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+PACKAGE = Path("plone_connector", "storage")
+MODULES = ("jsonstate_tree", "jsonstate_pickle", "jsonstate")
+MANIFEST = PACKAGE / "compiled_sources.json"
+SKIP_VARIABLE = "PLONE_CONNECTOR_PURE_PYTHON"
+
+
+def source_digests(root: Path) -> dict[str, str]:
+    """SHA-256 of each transcoder source (.py and .pxd), by file name."""
+    digests = {}
+    for module in MODULES:
+        for suffix in (".py", ".pxd"):
+            path = root / PACKAGE / f"{module}{suffix}"
+            if path.exists():
+                digests[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digests
+
+
+def compile_transcoder(root: Path) -> list[Path]:
+    """Compile the modules in place (next to their sources); return the files written."""
+    from Cython.Build import cythonize
+    from setuptools import Distribution, Extension
+
+    extensions = [
+        Extension(
+            ".".join((*PACKAGE.parts, module)),
+            [str(PACKAGE / f"{module}.py")],
+            # The extensions run Python-level code only; -O2 is what CPython builds with.
+            extra_compile_args=["-O2"],
+        )
+        for module in MODULES
+    ]
+    previous = Path.cwd()
+    os.chdir(root)
+    try:
+        extensions = cythonize(
+            extensions,
+            build_dir="build/cython",
+            quiet=True,
+            compiler_directives={
+                "language_level": 3,
+                # Annotations in the sources document, they do not type: `float` would become a
+                # C double and `dict` would refuse subclasses. Types come from the .pxd files.
+                "annotation_typing": False,
+                "binding": True,
+                "embedsignature": True,
+            },
+        )
+        distribution = Distribution({"ext_modules": extensions, "script_name": "hatch_build.py"})
+        command = distribution.get_command_obj("build_ext")
+        command.inplace = True
+        command.build_temp = "build/temp"
+        command.ensure_finalized()
+        command.run()
+        built = [Path(command.get_ext_fullpath(ext.name)) for ext in extensions]
+        MANIFEST.write_text(json.dumps(source_digests(Path(".")), indent=2, sort_keys=True) + "\n")
+    finally:
+        os.chdir(previous)
+    return [root / path for path in built] + [root / MANIFEST]
+
+
+class CustomBuildHook(BuildHookInterface):
+    def initialize(self, version: str, build_data: dict) -> None:
+        if self.target_name != "wheel" or os.environ.get(SKIP_VARIABLE, "").strip() in ("1", "true", "yes"):
+            return
+        root = Path(self.root)
+        built = compile_transcoder(root)
+        build_data["pure_python"] = False
+        build_data["infer_tag"] = True
+        # The built files are ignored by git; artifacts are shipped all the same.
+        build_data["artifacts"].extend(str(path.relative_to(root)) for path in built)

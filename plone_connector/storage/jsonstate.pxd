@@ -1,0 +1,20 @@
+# Typing for the compiled build of jsonstate.py (see hatch_build.py); the .py is the reference.
+
+cdef class _Encoder:
+    cdef public set shared
+    cdef public dict seen
+    cdef public set duplicates
+    cdef public dict numbers
+    cdef public Py_ssize_t depth
+
+    cpdef enter(self)
+
+    cpdef object track(self, object value)
+    cpdef object wrap(self, object value, object body)
+    cpdef number(self, object value)
+    cpdef object enc(self, object value)
+    cpdef list enc_items(self, object values)
+    cpdef object enc_dict(self, dict value)
+    cpdef object enc_ref(self, object pid)
+    cpdef object enc_node(self, object node)
+    cpdef object enc_call(self, object node)

@@ -1,0 +1,28 @@
+# Typing for the compiled build of jsonstate_pickle.py (see hatch_build.py); the .py is the reference.
+
+cdef class RecordWriter:
+    cdef public list out
+    cdef public Py_ssize_t memo_size
+    cdef public dict global_memo
+    cdef public object root
+    cdef public dict shared_memo
+    cdef public object shared_defs
+    cdef public set in_progress
+    cdef public Py_ssize_t depth
+
+    cpdef Py_ssize_t put(self) except -1
+    cpdef get(self, Py_ssize_t index)
+    cpdef created(self, object share)
+    cpdef write_global(self, object dotted)
+    cpdef write_str(self, str text)
+    cpdef write_bytes(self, bytes data)
+    cpdef write_int(self, object value)
+    cpdef write_float(self, double value)
+    cpdef write_values(self, object values)
+    cpdef write_tuple(self, list items)
+    cpdef write_items(self, list items)
+    cpdef write_dictitems(self, list pairs)
+    cpdef value(self, object value, object share=*)
+    cpdef write_dict(self, dict value, object share)
+    cpdef call(self, object body, object share, bint newobj)
+    cpdef persistent_id(self, object write_pid)
