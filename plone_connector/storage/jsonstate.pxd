@@ -1,5 +1,7 @@
 # Typing for the compiled build of jsonstate.py (see hatch_build.py); the .py is the reference.
 
+from plone_connector.storage.jsonstate_tree cimport Node
+
 cdef class _Encoder:
     cdef public set shared
     cdef public dict seen
@@ -16,5 +18,5 @@ cdef class _Encoder:
     cpdef list enc_items(self, object values)
     cpdef object enc_dict(self, dict value)
     cpdef object enc_ref(self, object pid)
-    cpdef object enc_node(self, object node)
-    cpdef object enc_call(self, object node)
+    cpdef object enc_node(self, Node node)
+    cpdef object enc_call(self, Node node)

@@ -11,6 +11,10 @@ cdef class Ref:
     cdef public object pid
 
 
+cdef class _PersistentIds:
+    cdef public list pids
+
+
 cdef class _Comparison:
     cdef bint ordered
     cdef dict pairs

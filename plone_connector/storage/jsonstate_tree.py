@@ -155,10 +155,22 @@ class _Input(io.BytesIO):
 
 
 class _StructureUnpickler(Unpickler):
-    __slots__ = ("pids",)
+    __slots__ = ()
     find_class = staticmethod(global_ref)
 
-    def persistent_load(self, pid):
+
+class _PersistentIds:
+    """The unpickler's ``persistent_load``: records each persistent id and stands a ``Ref`` in
+    for it. Not a method of the unpickler: the C unpickler keeps its ``persistent_load`` as a
+    bound method, a reference cycle that left two unpicklers per encoded record (with their
+    input and memo) to the cyclic garbage collector."""
+
+    __slots__ = ("pids",)
+
+    def __init__(self):
+        self.pids: list = []
+
+    def __call__(self, pid):
         self.pids.append(pid)
         ref = _new_ref(Ref)  # without a call of Ref.__init__
         ref.pid = pid
@@ -176,12 +188,12 @@ def load_structure(record: bytes) -> tuple[object, object, list]:
     """
     stream = _Input(record)
     unpickler = _StructureUnpickler(stream)
-    unpickler.pids = []
+    unpickler.persistent_load = persistent_ids = _PersistentIds()
     meta = _load(unpickler)
     if not (record.startswith(PROTO3) and record.startswith(PROTO3, stream.tell())):
         _refuse_legacy_instances(record)
     state = _load(unpickler)
-    return meta, state, unpickler.pids
+    return meta, state, persistent_ids.pids
 
 
 def _load(unpickler: _StructureUnpickler):

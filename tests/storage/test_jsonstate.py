@@ -691,6 +691,28 @@ json_values = st.recursive(
 
 
 @given(json_values)
+def test_json_dumps_writes_what_json_dumps_writes(state):
+    # json_dumps keeps one C encoder instead of building one per call; same text, same errors.
+    def outcome(dumps):
+        try:
+            return dumps(state)
+        except ValueError as error:  # infinities
+            return f"ValueError: {error}"
+
+    assert outcome(json_dumps) == outcome(
+        lambda value: json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    )
+
+
+def test_json_dumps_refuses_what_json_dumps_refuses():
+    for bad in ([math.inf], {"a": -math.inf}, {1j: 1}, [object()]):
+        with pytest.raises((ValueError, TypeError)) as ours:
+            json_dumps(bad)
+        with pytest.raises(type(ours.value)):
+            json.dumps(bad, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+@given(json_values)
 def test_any_json_decodes_or_raises_transcode_error(state):
     try:
         data = decode_record("some.module.Class", state)
