@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 BLOB_CHUNK_SIZE = 1 << 20
 # Rows buffered in memory before they are streamed to the temporary table.
 STORE_BATCH_ROWS = 500
+# Oids are taken from the database's sequence in blocks, from this size doubling up to the next.
+OID_BLOCK_MIN = 32
+OID_BLOCK_MAX = 1024
 # Recently written or loaded pickles, by (oid, tid): conflict resolution needs the state a
 # transaction started from, which a history-free table no longer has once it was overwritten.
 RECENT_STATES = 1000
@@ -292,6 +295,7 @@ class JsonbStorage(ConflictResolvingStorage):
         self._ltid = 0  # the newest tid this instance knows of (lastTransaction)
         self._own_tid = 0  # this instance's last commit: not an invalidation for its Connection
         self._oid_pool: list[int] = []
+        self._oid_block = OID_BLOCK_MIN
         self._resolving = False
         self._recent: OrderedDict[tuple[bytes, bytes], bytes] = OrderedDict()
         self._reset_transaction()
@@ -747,12 +751,16 @@ class JsonbStorage(ConflictResolvingStorage):
             raise ZODB.POSException.ReadOnlyError()
         with self._lock:
             if not self._oid_pool:
-                query = "select nextval('zodb_oid_seq') from generate_series(1, 32)"
+                # Blocks grow while an instance keeps asking (a bulk import costs one round trip
+                # per 1,024 objects, not per 32); unused oids of a closed instance are a gap.
+                size = self._oid_block
+                self._oid_block = min(size * 2, OID_BLOCK_MAX)
+                query = f"select array_agg(nextval('zodb_oid_seq')) from generate_series(1, {int(size)})"
                 if self._in_db_transaction:
-                    rows = self._store_conn.execute(query).fetchall()
+                    (oids,) = self._store_conn.execute(query).fetchone()
                 else:
-                    rows = self._outside_transaction(query).fetchall()
-                self._oid_pool = sorted((row[0] for row in rows), reverse=True)
+                    (oids,) = self._outside_transaction(query).fetchone()
+                self._oid_pool = sorted(oids, reverse=True)
             return p64(self._oid_pool.pop())
 
     # ------------------------------------------------------------------ two-phase commit
@@ -1530,6 +1538,7 @@ class JsonbStorage(ConflictResolvingStorage):
         self._snapshot_tid = None
         self._first_tid = None
         self._oid_pool = []
+        self._oid_block = OID_BLOCK_MIN
         self._recent.clear()
         self._shared.cache.clear()
 

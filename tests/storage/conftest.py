@@ -7,54 +7,12 @@ at the end of the run, so the log shows how many ran (test_zz_conformance_count.
 from __future__ import annotations
 
 import collections
-import importlib
-import sys
-import types
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
 from tests.storage.conformance import zodb_mixin
-
-
-def _install_transcoder_fallback() -> None:
-    # Until the JSON transcoder lands, keep exact pickles so the storage semantics stay testable.
-    try:
-        importlib.import_module("plone_connector.storage.jsonstate")
-        return
-    except ImportError:
-        pass
-    from dataclasses import dataclass
-
-    from ZODB.serialize import referencesf
-
-    @dataclass(frozen=True)
-    class EncodedState:
-        class_name: str
-        state: object
-        refs: list
-        exact: bytes | None
-
-    def encode_record(data: bytes) -> EncodedState:
-        return EncodedState("?", None, referencesf(data), data)
-
-    def decode_record(class_name: str, state: object) -> bytes:
-        raise AssertionError("fallback transcoder always keeps exact records")
-
-    module = types.ModuleType("plone_connector.storage.jsonstate")
-    module.EncodedState = EncodedState
-    module.encode_record = encode_record
-    module.decode_record = decode_record
-    module.json_dumps = lambda state: "null"
-    module.FALLBACK = True
-    sys.modules[module.__name__] = module
-    import plone_connector.storage as package
-
-    package.jsonstate = module
-
-
-_install_transcoder_fallback()
 
 
 def dsn_with_schema(dsn: str, schema: str) -> str:

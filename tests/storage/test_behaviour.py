@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -56,6 +55,28 @@ def _commit_value(db, key, value, tm=None):
     tid = conn.root()._p_serial
     conn.close()
     return tid
+
+
+def test_new_oids_come_in_growing_blocks_and_never_repeat(storage, other_process):
+    from plone_connector.storage.storage import OID_BLOCK_MAX, OID_BLOCK_MIN
+
+    def sequence_value() -> int:
+        """The last value handed out (after a restart, the one before the first)."""
+        with psycopg.connect(storage._shared.dsn) as conn:
+            value, called = conn.execute("select last_value, is_called from zodb_oid_seq").fetchone()
+        return value if called else value - 1
+
+    start = sequence_value()
+    first = [u64(storage.new_oid()) for _ in range(OID_BLOCK_MIN)]
+    assert sequence_value() - start == OID_BLOCK_MIN  # one block, not more, for a few objects
+    other = other_process()
+    theirs = [u64(other.new_oid()) for _ in range(3000)]
+    ours = first + [u64(storage.new_oid()) for _ in range(3000)]
+    assert ours == sorted(ours) and theirs == sorted(theirs)
+    assert len(set(ours) | set(theirs)) == len(ours) + len(theirs)
+    # 3,000 more oids took blocks of 64, 128, ... 1,024: not 94 round trips of 32.
+    used = sequence_value() - start
+    assert used <= len(ours) + len(theirs) + 2 * OID_BLOCK_MAX, used
 
 
 def test_tids_increase_across_processes_and_follow_the_database_clock(storage, other_process, monkeypatch):
@@ -279,7 +300,7 @@ def test_state_is_readable_jsonb_and_inexact_records_keep_the_exact_pickle(stora
     def encode(data):
         encoded = real_encode(data)
         if b"keep-exact" in data:
-            return dataclasses.replace(encoded, exact=data, reason="test")
+            return encoded._replace(exact=data, reason="test")
         return encoded
 
     monkeypatch.setattr(jsonstate, "encode_record", encode)
