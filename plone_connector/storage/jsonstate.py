@@ -516,8 +516,12 @@ def _with_exact(data: bytes, reason: str, refs: list[bytes]) -> EncodedState:
     return EncodedState(fallback.class_name, {"@exact": reason}, refs, data, reason)
 
 
-def decode_record(class_name: str, state) -> bytes:
-    """Rebuild a record (class pickle + state pickle) that ZODB loads to an equal state."""
+def decode_record(class_name: str, state, jsonb_order: bool = False) -> bytes:
+    """Rebuild a record (class pickle + state pickle) that ZODB loads to an equal state.
+
+    ``jsonb_order``: the record a load from PostgreSQL would give, whose jsonb column keeps
+    object members in its own order (jsonstate_pickle.jsonb_key), not the JSON's.
+    """
     class_meta = class_name
     if type(state) is dict and len(state) == 1:
         key = next(iter(state))
@@ -529,6 +533,6 @@ def decode_record(class_name: str, state) -> bytes:
                 raise TranscodeError("@record takes {'class': ..., 'state': ...}")
             class_meta, state = body["class"], body["state"]
     try:
-        return write_record(class_meta, state)
+        return write_record(class_meta, state, jsonb_order)
     except (FormatError, RecursionError, ValueError, TypeError, OverflowError) as exc:
         raise TranscodeError(f"{type(exc).__name__}: {exc}"[:_REASON_LIMIT]) from exc

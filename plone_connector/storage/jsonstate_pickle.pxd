@@ -9,6 +9,7 @@ cdef class RecordWriter:
     cdef public object shared_defs
     cdef public set in_progress
     cdef public Py_ssize_t depth
+    cdef public bint jsonb_order
 
     cpdef Py_ssize_t put(self) except -1
     cpdef get(self, Py_ssize_t index)

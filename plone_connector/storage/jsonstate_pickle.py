@@ -144,7 +144,10 @@ def _global_opcode(dotted) -> bytes:
 class RecordWriter:
     """Emits one record; the memo is shared by the class pickle and the state pickle."""
 
-    def __init__(self, state_root):
+    def __init__(self, state_root, jsonb_order: bool = False):
+        # With jsonb_order, object members are written in the order PostgreSQL's jsonb keeps
+        # them (shorter keys first, then by their UTF-8 bytes), whatever order the JSON has.
+        self.jsonb_order = jsonb_order
         self.out: list[bytes] = []
         self.memo_size = 0
         self.global_memo: dict[str, int] = {}  # "module.name" -> memo index
@@ -310,7 +313,14 @@ class RecordWriter:
             if type(key) is not str:
                 raise FormatError(f"object key {key!r} is not a string")
         # Keys and values alternate, as SETITEMS reads them; write_values takes texts inline.
-        self.write_values(itertools.chain.from_iterable(value.items()))
+        if self.jsonb_order and len(value) > 1:
+            items = []
+            for key in sorted(value, key=jsonb_key):
+                items.append(key)
+                items.append(value[key])
+            self.write_values(items)
+        else:
+            self.write_values(itertools.chain.from_iterable(value.items()))
         append(SETITEMS)
 
     def call(self, body, share: int | None, newobj: bool) -> None:
@@ -703,13 +713,20 @@ _TAGS = {
 }
 
 
-def write_record(class_meta, state) -> bytes:
+def jsonb_key(key: str) -> tuple[int, bytes]:
+    """Where jsonb puts an object's key: shorter first, then by UTF-8 bytes."""
+    raw = key.encode("utf-8")
+    return len(raw), raw
+
+
+def write_record(class_meta, state, jsonb_order: bool = False) -> bytes:
     """Return the record bytes for a class (dotted name or class-metadata JSON) and state.
 
     ``class_meta`` is a "module.Class" string for the usual plain-class metadata, or the
-    JSON of any other class metadata (``@record``).
+    JSON of any other class metadata (``@record``). ``jsonb_order``: write object members as
+    if the state had come back from a jsonb column (see RecordWriter).
     """
-    writer = RecordWriter(state)
+    writer = RecordWriter(state, jsonb_order)
     writer.out.append(PROTO3)
     if type(class_meta) is str:
         writer.write_global(class_meta)

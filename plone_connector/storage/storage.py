@@ -157,28 +157,13 @@ class _Shared:
     instances: int = 0
 
 
-def jsonb_order(value):
-    """A JSON value with its objects' keys in jsonb's order (shorter first, then by their UTF-8
-    bytes), as a state read back from PostgreSQL has them."""
-    if type(value) is dict:
-        return {key: jsonb_order(value[key]) for key in sorted(value, key=_jsonb_key)}
-    if type(value) is list:
-        return [jsonb_order(item) for item in value]
-    return value
-
-
-def _jsonb_key(key: str) -> tuple[int, bytes]:
-    raw = key.encode()
-    return len(raw), raw
-
-
 def own_record(class_name: str, state_json: str, exact: bytes | None) -> bytes | Pending:
     """The record a load from the database returns for a row this process wrote: its exact copy,
     or the pickle rebuilt from the state as jsonb gives it back (keys reordered; the encoder only
     writes numbers whose value and type survive jsonb's numeric form, see jsonstate). Lazy."""
     if exact is not None:
         return bytes(exact)
-    return Pending(lambda: jsonstate.decode_record(class_name, jsonb_order(json.loads(state_json))),
+    return Pending(lambda: jsonstate.decode_record(class_name, json.loads(state_json), jsonb_order=True),
                    len(state_json))
 
 

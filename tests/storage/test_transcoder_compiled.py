@@ -91,10 +91,13 @@ def _encoding(module, data: bytes):
 
 
 def _decoding(module, class_name: str, state):
-    try:
-        return module.decode_record(class_name, state)
-    except module.TranscodeError as error:
-        return f"TranscodeError: {error}"
+    results = []
+    for jsonb_order in (False, True):
+        try:
+            results.append(module.decode_record(class_name, state, jsonb_order=jsonb_order))
+        except module.TranscodeError as error:
+            results.append(f"TranscodeError: {error}")
+    return results
 
 
 @given(values)
