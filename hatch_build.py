@@ -8,7 +8,10 @@ compare the two on generated graphs and on a Plone site's records (tests/storage
 test_transcoder_compiled.py).
 
 ``PLONE_CONNECTOR_PURE_PYTHON=1`` skips the compilation (a platform without a C compiler, or
-an image that never opens the storage); everything then runs on the pure modules.
+an image that never opens the storage); everything then runs on the pure modules. Without a
+working C compiler the build says so on stderr and falls back to the pure modules too (the test
+suite then fails its "compiled and current" test; the Plone image checks after installing). An
+error of Cython itself (sources and .pxd that do not agree) fails the build.
 
 ``compiled_sources.json`` beside the modules records the SHA-256 of each source the extensions
 were built from, so a test can tell a stale build from a current one.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
@@ -83,12 +87,43 @@ def compile_transcoder(root: Path) -> list[Path]:
     return [root / path for path in built] + [root / MANIFEST]
 
 
+def remove_builds(root: Path) -> None:
+    """Remove in-place extension modules, which Python would import instead of the sources."""
+    for module in MODULES:
+        for path in (root / PACKAGE).glob(f"{module}.*.so"):
+            path.unlink()
+    (root / MANIFEST).unlink(missing_ok=True)
+
+
+def skip_requested() -> bool:
+    return os.environ.get(SKIP_VARIABLE, "").strip().lower() in ("1", "true", "yes")
+
+
 class CustomBuildHook(BuildHookInterface):
+    def dependencies(self) -> list[str]:
+        # What the compilation needs, only when it runs (the service image skips it).
+        return [] if skip_requested() else ["Cython>=3.1", "setuptools>=70"]
+
     def initialize(self, version: str, build_data: dict) -> None:
-        if self.target_name != "wheel" or os.environ.get(SKIP_VARIABLE, "").strip() in ("1", "true", "yes"):
+        if self.target_name != "wheel":
             return
-        root = Path(self.root)
-        built = compile_transcoder(root)
+        root = Path(self.root).resolve()
+        if skip_requested():
+            if version == "editable":
+                remove_builds(root)  # an earlier build would still be imported
+            return
+        from setuptools.errors import CCompilerError, ExecError, PlatformError
+
+        try:
+            built = compile_transcoder(root)
+        except (CCompilerError, ExecError, PlatformError) as error:
+            remove_builds(root)
+            sys.stderr.write(
+                f"WARNING: the JSON state transcoder was not compiled ({type(error).__name__}: {error});"
+                " the storage will run its pure Python modules. Install a C compiler and rebuild,"
+                f" or set {SKIP_VARIABLE}=1 to say that this is intended.\n"
+            )
+            return
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
         # The built files are ignored by git; artifacts are shipped all the same.

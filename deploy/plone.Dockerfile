@@ -15,14 +15,16 @@ RUN apt-get update \
 RUN pip install uv==0.13.9 && python -m venv /opt/venv
 WORKDIR /src
 # requirements.txt pins the whole project (tests and tools too); as constraints it fixes the
-# version of every distribution the Plone side needs without installing the rest.
+# version of every distribution the Plone side needs without installing the rest, and of what
+# builds need (Cython, setuptools, hatchling).
 COPY requirements.txt ./
 COPY pyproject.toml README.md hatch_build.py ./
 COPY schemas ./schemas
 COPY service ./service
 COPY plone_connector ./plone_connector
 # The wheel build compiles the storage's JSON state transcoder with Cython (hatch_build.py).
-RUN uv pip install --python /opt/venv/bin/python --constraint requirements.txt ".[plone]" "RelStorage[postgresql]" \
+RUN uv pip install --python /opt/venv/bin/python --constraint requirements.txt --build-constraints requirements.txt \
+    ".[plone]" "RelStorage[postgresql]" \
     && /opt/venv/bin/python -c "import Products.CMFPlone, relstorage, plone_connector" \
     && /opt/venv/bin/python -c "from plone_connector.storage import transcoder; assert transcoder.active() == 'compiled'"
 

@@ -18,6 +18,19 @@ import struct
 
 from zodbpickle.pickle import Unpickler
 
+try:
+    import cython
+except ImportError:  # Cython compiles this module; running it as Python needs none of it
+
+    class cython:  # noqa: N801 - stands in for the module
+        @staticmethod
+        def cclass(cls):
+            return cls
+
+        @staticmethod
+        def trashcan(flag):
+            return lambda cls: cls
+
 # Names whose call results are values: unpickling two of them instead of one shared object
 # gives an equal state, so sharing them need not be kept.
 VALUE_GLOBALS = frozenset(
@@ -86,6 +99,11 @@ def global_ref(module: str, name: str) -> GlobalMeta:
     return GlobalMeta("Global", (_GlobalBase,), namespace)
 
 
+# Compiled, Node and Ref are extension types. Freeing a chain of them (a Node whose callable is
+# a Node, ..., as a record can hold) must not recurse on the C stack: the trashcan defers deep
+# deallocations as CPython does for its own containers.
+@cython.trashcan(True)
+@cython.cclass
 class Node:
     """A call in the pickle: ``kind`` is "reduce" (REDUCE) or "newobj" (NEWOBJ).
 
@@ -130,6 +148,8 @@ class Node:
         return f"<{self.kind} {self.func!r} {self.args!r} {self.ops!r}>"
 
 
+@cython.trashcan(True)
+@cython.cclass
 class Ref:
     """A persistent reference; ``pid`` is the persistent id as the pickle holds it."""
 

@@ -736,8 +736,9 @@ class JsonbStorage(ConflictResolvingStorage):
             raise ZODB.POSException.ReadOnlyError()
         with self._lock:
             if not self._oid_pool:
-                # Blocks grow while an instance keeps asking (a bulk import costs one round trip
-                # per 1,024 objects, not per 32); unused oids of a closed instance are a gap.
+                # Each refill doubles the instance's block, up to the largest, and it stays there
+                # (a bulk import costs one round trip per 1,024 objects, not per 32); what is
+                # left of a block when the instance closes is a gap (docs/storage.md, Oids).
                 size = self._oid_block
                 self._oid_block = min(size * 2, OID_BLOCK_MAX)
                 query = f"select array_agg(nextval('zodb_oid_seq')) from generate_series(1, {int(size)})"

@@ -67,16 +67,24 @@ def test_new_oids_come_in_growing_blocks_and_never_repeat(storage, other_process
         return value if called else value - 1
 
     start = sequence_value()
-    first = [u64(storage.new_oid()) for _ in range(OID_BLOCK_MIN)]
-    assert sequence_value() - start == OID_BLOCK_MIN  # one block, not more, for a few objects
-    other = other_process()
-    theirs = [u64(other.new_oid()) for _ in range(3000)]
-    ours = first + [u64(storage.new_oid()) for _ in range(3000)]
+    ours = [u64(storage.new_oid())]
+    assert sequence_value() - start == OID_BLOCK_MIN  # a few objects take one small block
+    ours += [u64(storage.new_oid()) for _ in range(OID_BLOCK_MIN - 1)]
+    assert sequence_value() - start == OID_BLOCK_MIN
+    # Each refill doubles the block: 64, 128, ... up to the largest.
+    expected = OID_BLOCK_MIN
+    block = OID_BLOCK_MIN
+    while block < OID_BLOCK_MAX:
+        block *= 2
+        ours.append(u64(storage.new_oid()))
+        expected += block
+        assert sequence_value() - start == expected, block
+        ours += [u64(storage.new_oid()) for _ in range(block - 1)]
+    ours.append(u64(storage.new_oid()))
+    assert sequence_value() - start == expected + OID_BLOCK_MAX  # and stays there
+    theirs = [u64(other.new_oid()) for other in [other_process()] for _ in range(3000)]
     assert ours == sorted(ours) and theirs == sorted(theirs)
     assert len(set(ours) | set(theirs)) == len(ours) + len(theirs)
-    # 3,000 more oids took blocks of 64, 128, ... 1,024: not 94 round trips of 32.
-    used = sequence_value() - start
-    assert used <= len(ours) + len(theirs) + 2 * OID_BLOCK_MAX, used
 
 
 def test_tids_increase_across_processes_and_follow_the_database_clock(storage, other_process, monkeypatch):

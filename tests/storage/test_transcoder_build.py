@@ -3,6 +3,7 @@ compiled transcoder, and a process that installs it runs it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,8 +21,11 @@ UV = Path(sys.executable).parent / "uv"
 
 
 def _build_wheel(context: Path, out: Path, **env) -> Path:
+    """Build as the Plone image does: in an isolated environment (hatchling, and what the hook
+    asks for) pinned by the lock file."""
     result = subprocess.run(
-        [str(UV), "build", "--wheel", "--no-build-isolation", "--python", sys.executable, "--out-dir", str(out)],
+        [str(UV), "build", "--wheel", "--python", sys.executable, "--build-constraint", "requirements.txt",
+         "--out-dir", str(out)],
         cwd=context, env={**os.environ, **env}, capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -73,3 +77,44 @@ def transcoder_variable() -> str:
     from plone_connector.storage.transcoder import PURE_VARIABLE
 
     return PURE_VARIABLE
+
+
+def _run_hook(context: Path, version: str, **env) -> tuple[dict, str]:
+    """Run the build hook's initialize in its own process (as hatchling does: Cython keeps
+    per-process caches keyed by relative paths); return the build data and stderr."""
+    code = (
+        "import json, sys\n"
+        "sys.path.insert(0, '.')\n"
+        "from hatch_build import CustomBuildHook\n"
+        "hook = CustomBuildHook('.', {}, None, None, 'dist', 'wheel')\n"
+        "data = {'artifacts': []}\n"
+        "hook.initialize(sys.argv[1], data)\n"
+        "print(json.dumps(data))\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if k != transcoder_variable()}
+    result = subprocess.run([sys.executable, "-c", code, version], cwd=context, env={**environment, **env},
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.splitlines()[-1]), result.stderr
+
+
+def test_without_a_compiler_the_build_warns_and_falls_back_to_the_sources(tmp_path):
+    context = tmp_path / "context"
+    context.mkdir()
+    build_context(context)
+    build_data, stderr = _run_hook(context, "standard", CC="false")  # the C compiler fails
+    assert "WARNING: the JSON state transcoder was not compiled" in stderr
+    assert build_data == {"artifacts": []}  # a pure wheel: no platform tag, nothing compiled
+    assert not list((context / "plone_connector" / "storage").glob("*.so"))
+
+
+def test_an_editable_install_with_the_variable_removes_an_earlier_build(tmp_path):
+    context = tmp_path / "context"
+    context.mkdir()
+    build_context(context)
+    build_data, _ = _run_hook(context, "editable")  # compiles in place
+    storage = context / "plone_connector" / "storage"
+    assert len(list(storage.glob("*.so"))) == 3 and (storage / "compiled_sources.json").exists()
+    assert build_data["pure_python"] is False and len(build_data["artifacts"]) == 4
+    _run_hook(context, "editable", PLONE_CONNECTOR_PURE_PYTHON="1")
+    assert not list(storage.glob("*.so")) and not (storage / "compiled_sources.json").exists()

@@ -9,6 +9,7 @@ test_jsonstate_plone.py.)
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import json
 import os
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 
 from plone_connector.storage import jsonstate, jsonstate_pickle, jsonstate_tree, transcoder
 from plone_connector.storage.jsonstate import TranscodeError
-from tests.storage.test_jsonstate import commit_value, json_values, latest_records, record, values
+from tests.storage.test_jsonstate import Plain, commit_value, json_values, latest_records, record, values
 
 ROOT = Path(__file__).resolve().parents[2]
 PURE = transcoder.load_pure()
@@ -162,6 +163,59 @@ def test_nesting_up_to_the_limit_is_json_beyond_it_exact(module):
     assert encoded.reason == f"unsupported: containers nested deeper than {limit}"
 
 
+def _nested(levels: int, wrap) -> object:
+    value: object = "leaf"
+    for _ in range(levels):
+        value = wrap(value)
+    return value
+
+
+def _shared_pair(inner):
+    return [inner, inner]  # each level shared twice: @shared and @same around every list
+
+
+def _called_deep(depth: int, func):
+    # Stands for the stack of a request (Zope, the publisher, ZODB) the storage is called from.
+    return func() if depth == 0 else _called_deep(depth - 1, func)
+
+
+@pytest.mark.parametrize(
+    ("wrap", "containers"),
+    [
+        pytest.param(lambda v: [v], 1, id="lists"),
+        pytest.param(lambda v: (v,), 1, id="tuples"),
+        pytest.param(lambda v: collections.OrderedDict(a=v), 1, id="reduce-with-dictitems"),
+        pytest.param(lambda v: Plain(a=v), 2, id="objects"),  # the call and its state dict
+        pytest.param(_shared_pair, 1, id="shared"),
+    ],
+)
+def test_the_deepest_states_the_encoder_writes_agree_in_both_builds(wrap, containers):
+    """Nested as deep as the encoder gives JSON for (the record's own state is one level), and
+    called 400 frames deep: both builds write the same JSON and decode it to the same bytes."""
+    levels = (jsonstate_tree.MAX_NESTING - 1) // containers
+    db, holder = commit_value(_nested(levels, wrap))
+    data = db.storage.load(holder._p_oid)[0]
+    results = []
+    for module in (jsonstate, PURE["jsonstate"]):
+        encoded = _called_deep(400, lambda module=module: module.encode_record(data))
+        assert encoded.exact is None, encoded.reason
+        text = module.json_dumps(encoded.state)
+        state = json.loads(text)
+        decoded = _called_deep(
+            400, lambda module=module, name=encoded.class_name, state=state: _decoding(module, name, state)
+        )
+        results.append((text, decoded))
+    assert results[0] == results[1]
+    assert not any(isinstance(item, str) for item in results[0][1])  # decoded, not refused
+    deeper = _nested(levels + 1, wrap)
+    db2, holder2 = commit_value(deeper)
+    data2 = db2.storage.load(holder2._p_oid)[0]
+    reasons = {module.encode_record(data2).reason for module in (jsonstate, PURE["jsonstate"])}
+    assert reasons == {f"unsupported: containers nested deeper than {jsonstate_tree.MAX_NESTING}"}
+    db.close()
+    db2.close()
+
+
 @pytest.mark.parametrize(
     "ops",
     [
@@ -213,3 +267,40 @@ def test_comparing_very_deep_structures_raises_recursion_error(module):
     calls = tree.load_structure(record(b"c__main__\nY\n" + b")R" * 200_000))[1]
     with pytest.raises(RecursionError):
         tree.same_structure(calls, calls)
+
+
+@pytest.mark.parametrize(("build", "variable"), [("compiled", ""), ("pure", "1")])
+@pytest.mark.parametrize(
+    "ops",
+    [
+        pytest.param(b"c__main__\nY\n" + b")R" * 1_000_000, id="calls"),
+        pytest.param(b"C\x08" + b"\x00" * 8 + b"Q" * 1_000_000, id="persistent ids"),
+    ],
+)
+def test_freeing_very_deep_structures_does_not_exhaust_the_stack(build, variable, ops):
+    """Chains of Nodes or Refs (a call of a call ..., a persistent id of a persistent id ...),
+    read, encoded and freed in a thread with a 1 MiB stack: no crash (in a child process, so
+    that a crash fails this test and nothing else)."""
+    code = (
+        "import sys, threading\n"
+        "from plone_connector.storage import jsonstate, jsonstate_tree, transcoder\n"
+        "data = sys.stdin.buffer.read()\n"
+        "def work():\n"
+        "    tree = jsonstate_tree.load_structure(data)\n"
+        "    del tree\n"
+        "    try:\n"
+        "        jsonstate.encode_record(data)\n"
+        "    except jsonstate.TranscodeError:\n"
+        "        pass\n"
+        "threading.stack_size(1 << 20)\n"
+        "thread = threading.Thread(target=work)\n"
+        "thread.start()\n"
+        "thread.join()\n"
+        "print(transcoder.active(), 'done')\n"
+    )
+    env = {**os.environ, transcoder.PURE_VARIABLE: variable}
+    result = subprocess.run([sys.executable, "-c", code], input=record(ops), env=env, cwd=ROOT,
+                            capture_output=True, timeout=600)
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    expected = "pure" if variable or transcoder.pure_requested() else build
+    assert result.stdout.decode().split() == [expected, "done"]
