@@ -57,6 +57,24 @@ def _commit_value(db, key, value, tm=None):
     return tid
 
 
+def test_the_refs_column_holds_each_record_s_references(storage):
+    db = ZODB.DB(storage)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        a, b, leaf = PersistentMapping(), PersistentMapping(), PersistentMapping(x=1)
+        conn.root()["pair"] = parent = PersistentMapping(a=a, b=b, again=a)
+        a["leaf"] = leaf
+        tm.commit()
+        with psycopg.connect(storage._shared.dsn) as pg:
+            refs = dict(pg.execute("select zoid, refs from zodb_object_state").fetchall())
+        assert refs[u64(parent._p_oid)] == [u64(a._p_oid), u64(b._p_oid)]  # once each, in order
+        assert refs[u64(a._p_oid)] == [u64(leaf._p_oid)]
+        assert refs[u64(leaf._p_oid)] == [] and refs[u64(b._p_oid)] == []
+    finally:
+        db.close()
+
+
 def test_new_oids_come_in_growing_blocks_and_never_repeat(storage, other_process):
     from plone_connector.storage.storage import OID_BLOCK_MAX, OID_BLOCK_MIN
 
