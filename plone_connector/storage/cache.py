@@ -16,9 +16,9 @@ since each poll moves H at least to its own snapshot, so no change is ever skipp
   the tid the poll reports is that revision (history-free rows hold the newest only).
 - A commit of this process puts its own records at its tid T (``put_own``), only while the
   horizon is not above T: the committer held the rows' locks, so no revision newer than T exists
-  yet, and the polls that later carry the horizon past T see any that comes. They are built
-  lazily (``Pending``), on the first load that wants them, as a load from the database would
-  build them (storage.py ``own_record``).
+  yet, and the polls that later carry the horizon past T see any that comes. They are the
+  records a load from the database would build (the transcoder's checked rebuild in jsonb's key
+  order, or the exact copy: ``EncodedState.record``).
 - A pack that deleted objects (``gc_tid`` moved) empties the cache; commits of this process
   drop their oids at ``tpc_finish`` before putting their own records.
 """
@@ -27,19 +27,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-
-
-class Pending:
-    """A record not built yet: ``make()`` builds it; ``size`` estimates its bytes."""
-
-    __slots__ = ("make", "size")
-
-    def __init__(self, make, size: int):
-        self.make = make
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
 
 
 class StateCache:
@@ -66,27 +53,7 @@ class StateCache:
                 return None
             self._entries.move_to_end(zoid)
             self.hits += 1
-        if type(entry[1]) is not bytes:
-            entry = self._build(zoid, entry)
-        return None if entry is None else entry[1]
-
-    def _build(self, zoid: int, entry: tuple[int, Pending]) -> tuple[int, bytes] | None:
-        """Build a pending record (outside the lock) and keep it if the entry is still there."""
-        tid, pending = entry
-        try:
-            data = pending.make()
-        except Exception:  # noqa: BLE001 - the database has the record; never fail a load here
-            with self._lock:
-                if self._entries.get(zoid) is entry:
-                    del self._entries[zoid]
-                    self._size -= len(pending)
-            return None
-        with self._lock:
-            if self._entries.get(zoid) is entry:
-                self._entries[zoid] = (tid, data)
-                self._size += len(data) - len(pending)
-                self._evict()
-        return tid, data
+        return entry[1]
 
     def _evict(self) -> None:
         while self._size > self.max_bytes and self._entries:
@@ -104,8 +71,6 @@ class StateCache:
                 return None
             self._entries.move_to_end(zoid)
             self.hits += 1
-        if type(entry[1]) is not bytes:
-            entry = self._build(zoid, entry)
         return entry
 
     def advance(self, since: int, snapshot: int, changed: list[int], tids: list[int], gc_tid: int) -> None:
@@ -152,7 +117,7 @@ class StateCache:
             self._insert(zoid, tid, record)
             self._evict()
 
-    def put_own(self, tid: int, records: list[tuple[int, bytes | Pending]]) -> bool:
+    def put_own(self, tid: int, records: list[tuple[int, bytes]]) -> bool:
         """Records this process committed at ``tid``; refused (False) once the horizon is past it."""
         if self.max_bytes <= 0:
             return False
@@ -164,7 +129,7 @@ class StateCache:
             self._evict()
             return True
 
-    def _insert(self, zoid: int, tid: int, record: bytes | Pending) -> None:
+    def _insert(self, zoid: int, tid: int, record: bytes) -> None:
         """Under the lock: the record at ``tid``, unless it is too big or a newer one is cached."""
         if len(record) > self.max_bytes // 8:
             return

@@ -1,8 +1,10 @@
 """Transcode ZODB records (pickles) to the JSON state format and back.
 
 The format is specified in schemas/catalog_schemas/state_format.md (version FORMAT_VERSION).
-``encode_record`` checks every result: it writes the record back from the JSON, unpickles
-both without importing application classes and compares the structures. When they differ,
+``encode_record`` checks every result: it writes the record back from the JSON as a load from
+PostgreSQL will (object members in jsonb's order), unpickles both without importing application
+classes and compares the structures (string-keyed dicts as mappings, since jsonb keeps its own
+key order). That rebuilt record is also what the storage caches for its own commits. When they differ,
 or the record holds something the format has no form for, the result carries the original
 bytes in ``exact``: the storage keeps them, so nothing is ever lost, only less readable.
 """
@@ -63,6 +65,9 @@ class EncodedState(NamedTuple):
     exact: bytes | None
     # Why ``exact`` is set (for metrics and logs); None when the JSON is exact.
     reason: str | None = None
+    # The record a load from PostgreSQL returns (rebuilt from the JSON in jsonb's key order, and
+    # checked); None when ``exact`` is set.
+    record: bytes | None = None
 
 
 class _Unsupported(Exception):
@@ -501,14 +506,16 @@ def encode_record(data: bytes) -> EncodedState:
         if class_name is None:
             class_name = _unreadable(data, "").class_name
     try:
-        rebuilt = decode_record(class_name, state_json)
+        rebuilt = decode_record(class_name, state_json, jsonb_order=True)
         meta2, state2, _ = load_structure(rebuilt)
-        exact = (meta is meta2 or same_structure(meta, meta2)) and same_structure(state, state2)
+        exact = (meta is meta2 or same_structure(meta, meta2, ordered=False)) and same_structure(
+            state, state2, ordered=False
+        )
     except Exception:  # any failure of the check means "keep exact"
         exact = False
     if not exact:
         return EncodedState(class_name, state_json, refs, data, "round trip differs")
-    return EncodedState(class_name, state_json, refs, None)
+    return EncodedState(class_name, state_json, refs, None, None, rebuilt)
 
 
 def _with_exact(data: bytes, reason: str, refs: list[bytes]) -> EncodedState:

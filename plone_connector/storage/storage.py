@@ -49,7 +49,7 @@ from zope.interface import implementer
 
 from plone_connector.storage import jsonstate, transcoder
 from plone_connector.storage.blobcache import BlobCacheLimit
-from plone_connector.storage.cache import Pending, StateCache
+from plone_connector.storage.cache import StateCache
 from plone_connector.storage.listener import CHANNEL, InvalidationListener
 from plone_connector.storage.schema import check_state_format, migrate
 
@@ -157,16 +157,6 @@ class _Shared:
     instances: int = 0
 
 
-def own_record(class_name: str, state_json: str, exact: bytes | None) -> bytes | Pending:
-    """The record a load from the database returns for a row this process wrote: its exact copy,
-    or the pickle rebuilt from the state as jsonb gives it back (keys reordered; the encoder only
-    writes numbers whose value and type survive jsonb's numeric form, see jsonstate). Lazy."""
-    if exact is not None:
-        return bytes(exact)
-    return Pending(lambda: jsonstate.decode_record(class_name, json.loads(state_json), jsonb_order=True),
-                   len(state_json))
-
-
 @dataclass
 class _PendingRow:
     zoid: int
@@ -179,6 +169,13 @@ class _PendingRow:
     pickle: bytes
     data_tid: int | None = None
     exact_reason: str | None = None  # the transcoder's reason when ``exact`` is set
+    # What a load from the database returns for this row: ``exact``, or the record the
+    # transcoder rebuilt from the JSON in jsonb's key order (and checked).
+    record: bytes | None = None
+
+    @property
+    def loaded(self) -> bytes:
+        return self.exact if self.exact is not None else self.record
 
 
 # Exact copies whose reason may be a transcoder gap or bug (worth a look) log at WARNING; the
@@ -756,8 +753,8 @@ class JsonbStorage(ConflictResolvingStorage):
         self._restore_tid: int | None = None
         self._pending: dict[int, _PendingRow] = {}
         self._pickles: dict[int, bytes] = {}
-        # (class name, JSON text, exact copy) of each row written, for the process cache.
-        self._written: dict[int, tuple[str, str, bytes | None]] = {}
+        # What a load from the database will return for each row written, for the process cache.
+        self._written: dict[int, bytes] = {}
         # (class name, reason) of each row written as an exact pickle.
         self._exact: dict[int, tuple[str, str | None]] = {}
         self._prev_tids: dict[int, int] = {}
@@ -847,6 +844,7 @@ class JsonbStorage(ConflictResolvingStorage):
             blob_id=blob_id,
             pickle=data,
             exact_reason=encoded.reason if encoded.exact is not None else None,
+            record=encoded.record,
         )
 
     @_store_side
@@ -864,7 +862,7 @@ class JsonbStorage(ConflictResolvingStorage):
         self._pending[row.zoid] = row
         # Kept for conflict resolution and, after commit, for loadSerial of what we wrote.
         self._pickles[row.zoid] = row.pickle
-        self._written[row.zoid] = (row.class_name, row.state_json, row.exact)
+        self._written[row.zoid] = row.loaded
         self._note_exact(row)
         self._prev_tids[row.zoid] = row.prev_tid
         if len(self._pending) >= STORE_BATCH_ROWS:
@@ -1180,7 +1178,7 @@ class JsonbStorage(ConflictResolvingStorage):
                 (committed, new_row.class_name, new_row.state_json, new_row.refs, new_row.exact, zoid),
             )
             self._pickles[zoid] = resolved
-            self._written[zoid] = (new_row.class_name, new_row.state_json, new_row.exact)
+            self._written[zoid] = new_row.loaded
             self._note_exact(new_row)
             self._resolved.append(oid)
 
@@ -1221,7 +1219,7 @@ class JsonbStorage(ConflictResolvingStorage):
                     # pickle may differ in form): the same bytes in every process. Built on
                     # the first load that wants them; a transaction that only writes pays
                     # nothing. (History-preserving: loads may follow back pointers; not cached.)
-                    cache.put_own(self._tid, [(zoid, own_record(*self._written[zoid]))
+                    cache.put_own(self._tid, [(zoid, self._written[zoid])
                                               for zoid in self._written if zoid not in self._deletes])
                 for zoid, pickle in self._pickles.items():
                     self._remember(p64(zoid), tid, pickle)

@@ -88,7 +88,7 @@ def test_the_environment_variable_switches_a_process_to_the_reference(variable, 
 def _encoding(module, data: bytes):
     encoded = module.encode_record(data)
     text = module.json_dumps(encoded.state)
-    return encoded.class_name, text, encoded.refs, encoded.exact, encoded.reason
+    return encoded.class_name, text, encoded.refs, encoded.exact, encoded.reason, encoded.record
 
 
 def _decoding(module, class_name: str, state):
