@@ -71,4 +71,5 @@ bench-plone: $(STAMP)
 	$(BIN)/python benchmarks/plone_bench.py
 
 clean:
-	rm -rf $(VENV) .pgdata .pytest_cache
+	rm -rf $(VENV) .pgdata .pytest_cache build
+	rm -f plone_connector/storage/*.so plone_connector/storage/compiled_sources.json
