@@ -20,6 +20,7 @@ were built from, so a test can tell a stale build from a current one.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -28,9 +29,23 @@ from pathlib import Path
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 PACKAGE = Path("plone_connector", "storage")
-MODULES = ("jsonstate_tree", "jsonstate_pickle", "jsonstate")
 MANIFEST = PACKAGE / "compiled_sources.json"
-SKIP_VARIABLE = "PLONE_CONNECTOR_PURE_PYTHON"
+
+
+def _load_transcoder():
+    # The module list and the variable are the storage's own (transcoder.py), read from its file:
+    # importing the package would import ZODB and psycopg, which a build environment lacks.
+    path = Path(__file__).resolve().parent / PACKAGE / "transcoder.py"
+    spec = importlib.util.spec_from_file_location("_transcoder_for_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_transcoder = _load_transcoder()
+MODULES = _transcoder.MODULES
+SKIP_VARIABLE = _transcoder.PURE_VARIABLE
+skip_requested = _transcoder.pure_requested
 
 
 def source_digests(root: Path) -> dict[str, str]:
@@ -93,10 +108,6 @@ def remove_builds(root: Path) -> None:
         for path in (root / PACKAGE).glob(f"{module}.*.so"):
             path.unlink()
     (root / MANIFEST).unlink(missing_ok=True)
-
-
-def skip_requested() -> bool:
-    return os.environ.get(SKIP_VARIABLE, "").strip().lower() in ("1", "true", "yes")
 
 
 class CustomBuildHook(BuildHookInterface):

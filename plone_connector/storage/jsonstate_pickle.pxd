@@ -11,6 +11,7 @@ cdef class RecordWriter:
     cdef public Py_ssize_t depth
     cdef public bint jsonb_order
 
+    cpdef enter(self)
     cpdef Py_ssize_t put(self) except -1
     cpdef get(self, Py_ssize_t index)
     cpdef created(self, object share)

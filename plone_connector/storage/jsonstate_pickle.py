@@ -159,6 +159,13 @@ class RecordWriter:
 
     # -- low level ---------------------------------------------------------------------
 
+    def enter(self) -> None:
+        """One JSON object or array deeper; an error aborts the whole record."""
+        depth = self.depth + 1
+        if depth > MAX_JSON_NESTING:
+            raise FormatError(f"JSON nested deeper than {MAX_JSON_NESTING}")
+        self.depth = depth
+
     def put(self) -> int:
         index = self.memo_size
         self.memo_size = index + 1
@@ -259,10 +266,7 @@ class RecordWriter:
     def value(self, value, share: int | None = None) -> None:
         kind = type(value)
         if kind is dict:
-            depth = self.depth + 1
-            if depth > MAX_JSON_NESTING:
-                raise FormatError(f"JSON nested deeper than {MAX_JSON_NESTING}")
-            self.depth = depth
+            self.enter()
             if len(value) == 1:
                 (key,) = value
                 if key[:1] == "@":
@@ -270,10 +274,10 @@ class RecordWriter:
                     if handler is None:
                         raise FormatError(f"unknown tag {key!r}")
                     handler(self, value[key], share)
-                    self.depth = depth - 1
+                    self.depth -= 1
                     return
             self.write_dict(value, share)
-            self.depth = depth - 1
+            self.depth -= 1
             return
         if kind is str:
             self.write_str(value)
@@ -284,14 +288,11 @@ class RecordWriter:
         elif kind is bool:
             self.out.append(NEWTRUE if value else NEWFALSE)
         elif kind is list:
-            depth = self.depth + 1
-            if depth > MAX_JSON_NESTING:
-                raise FormatError(f"JSON nested deeper than {MAX_JSON_NESTING}")
-            self.depth = depth
+            self.enter()
             self.out.append(EMPTY_LIST)
             self.created(share)
             self.write_items(value)
-            self.depth = depth - 1
+            self.depth -= 1
             return
         elif kind is float:
             self.write_float(value)

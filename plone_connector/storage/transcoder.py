@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+# hatch_build.py reads this file on its own (no package around it): imports stay in the standard
+# library here, and the storage is imported only inside functions.
 PACKAGE = "plone_connector.storage"
 # In import order: each imports the ones before it.
 MODULES = ("jsonstate_tree", "jsonstate_pickle", "jsonstate")
