@@ -12,7 +12,7 @@ $(BIN)/uv:
 	$(BIN)/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 # The storage's transcoder is compiled in place (hatch_build.py): a change of its sources rebuilds.
-TRANSCODER := hatch_build.py $(wildcard plone_connector/storage/jsonstate*.py plone_connector/storage/jsonstate*.pxd)
+TRANSCODER := hatch_build.py $(wildcard plone_connector/storage/jsonstate*.py plone_connector/storage/jsonstate*.pxd plone_connector/storage/jsonstate*.pyx)
 
 $(STAMP): $(BIN)/uv requirements.txt pyproject.toml $(TRANSCODER)
 	$(BIN)/uv pip sync --quiet --python $(BIN)/python requirements.txt

@@ -44,6 +44,7 @@ def _load_transcoder():
 
 _transcoder = _load_transcoder()
 MODULES = _transcoder.MODULES
+FAST_MODULES = _transcoder.FAST_MODULES
 SKIP_VARIABLE = _transcoder.PURE_VARIABLE
 skip_requested = _transcoder.pure_requested
 
@@ -51,8 +52,8 @@ skip_requested = _transcoder.pure_requested
 def source_digests(root: Path) -> dict[str, str]:
     """SHA-256 of each transcoder source (.py and .pxd), by file name."""
     digests = {}
-    for module in MODULES:
-        for suffix in (".py", ".pxd"):
+    for module in MODULES + FAST_MODULES:
+        for suffix in (".py", ".pxd", ".pyx"):
             path = root / PACKAGE / f"{module}{suffix}"
             if path.exists():
                 digests[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -72,6 +73,10 @@ def compile_transcoder(root: Path) -> list[Path]:
             extra_compile_args=["-O2"],
         )
         for module in MODULES
+    ] + [
+        # Compiled-only accelerators (no .py): without them the reference path runs.
+        Extension(".".join((*PACKAGE.parts, module)), [str(PACKAGE / f"{module}.pyx")], extra_compile_args=["-O2"])
+        for module in FAST_MODULES
     ]
     previous = Path.cwd()
     os.chdir(root)
@@ -104,7 +109,7 @@ def compile_transcoder(root: Path) -> list[Path]:
 
 def remove_builds(root: Path) -> None:
     """Remove in-place extension modules, which Python would import instead of the sources."""
-    for module in MODULES:
+    for module in MODULES + FAST_MODULES:
         for path in (root / PACKAGE).glob(f"{module}.*.so"):
             path.unlink()
     (root / MANIFEST).unlink(missing_ok=True)

@@ -26,7 +26,7 @@ COPY plone_connector ./plone_connector
 RUN uv pip install --python /opt/venv/bin/python --constraint requirements.txt --build-constraints requirements.txt \
     ".[plone]" "RelStorage[postgresql]" \
     && /opt/venv/bin/python -c "import Products.CMFPlone, relstorage, plone_connector" \
-    && /opt/venv/bin/python -c "from plone_connector.storage import transcoder; assert transcoder.active() == 'compiled'"
+    && /opt/venv/bin/python -c "from plone_connector.storage import jsonstate, transcoder; assert transcoder.active() == 'compiled' and jsonstate._fast is not None"
 
 FROM ${PYTHON_IMAGE} AS runtime
 RUN apt-get update \

@@ -68,6 +68,8 @@ class EncodedState(NamedTuple):
     # The record a load from PostgreSQL returns (rebuilt from the JSON in jsonb's key order, and
     # checked); None when ``exact`` is set.
     record: bytes | None = None
+    # ``json_dumps(state)`` when the fast path wrote it already.
+    text: str | None = None
 
 
 class _Unsupported(Exception):
@@ -488,9 +490,34 @@ def _unreadable(data: bytes, reason: str) -> EncodedState:
     return EncodedState(class_name, {"@exact": reason}, refs, data, reason)
 
 
-def encode_record(data: bytes) -> EncodedState:
-    """Encode a ZODB record; ``exact`` is set whenever the JSON would not load equal."""
+def _fast_module():
+    """The compiled fast path (jsonstate_fast.pyx), used by the compiled build of this module only:
+    run from its .py, this module is the reference the tests compare the fast path with."""
+    if str(globals().get("__file__", "")).endswith(".py"):
+        return None
+    try:
+        from plone_connector.storage import jsonstate_fast
+    except ImportError:  # built without a C compiler, or PLONE_CONNECTOR_PURE_PYTHON
+        return None
+    return jsonstate_fast
+
+
+_fast = _fast_module()
+
+
+def encode_record(data: bytes, with_state: bool = True) -> EncodedState:
+    """Encode a ZODB record; ``exact`` is set whenever the JSON would not load equal.
+
+    Without ``with_state`` the result may carry the JSON as ``text`` only (``state`` None): what
+    the storage writes, without parsing the fast path's text into Python objects.
+    """
     data = bytes(data)
+    if _fast is not None:
+        scanned = _fast.scan(data)
+        if scanned is not None:
+            encoded = _checked_fast(scanned, with_state)
+            if encoded is not None:
+                return encoded
     try:
         meta, state, pids = load_structure(data)
     except Exception as exc:  # any unpickling failure: keep the record as it is
@@ -518,9 +545,33 @@ def encode_record(data: bytes) -> EncodedState:
     return EncodedState(class_name, state_json, refs, None, None, rebuilt)
 
 
+def _checked_fast(scanned, with_state: bool) -> EncodedState | None:
+    """The fast path's JSON, if the record that a load rebuilds from it (decode_text, in jsonb's
+    key order) has the same canonical form as the original (jsonstate_fast); None sends the
+    record down the reference path."""
+    class_name, text, refs, canonical = scanned
+    try:
+        rebuilt = decode_text(class_name, text, jsonb_order=True)
+    except Exception:  # any failure of the check: the reference path decides
+        return None
+    if _fast.canonical(rebuilt) != canonical:
+        return None
+    return EncodedState(class_name, json.loads(text) if with_state else None, refs, None, None, rebuilt, text)
+
+
 def _with_exact(data: bytes, reason: str, refs: list[bytes]) -> EncodedState:
     fallback = _unreadable(data, reason)
     return EncodedState(fallback.class_name, {"@exact": reason}, refs, data, reason)
+
+
+def decode_text(class_name: str, text, jsonb_order: bool = False) -> bytes:
+    """``decode_record`` of a JSON text (str, or UTF-8 bytes as PostgreSQL sends it): by the
+    compiled fast decoder when the text is in its subset, else by the reference."""
+    if _fast is not None:
+        record = _fast.decode(class_name, text, jsonb_order)
+        if record is not None:
+            return record
+    return decode_record(class_name, json.loads(text), jsonb_order)
 
 
 def decode_record(class_name: str, state, jsonb_order: bool = False) -> bytes:

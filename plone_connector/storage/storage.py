@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import json
 import logging
 import os
 import shutil
@@ -327,7 +326,7 @@ class JsonbStorage(ConflictResolvingStorage):
         class_name = result.get_value(0, 1).decode()
         state = result.get_value(0, 2)
         if state is not None:
-            state = json.loads(state[1:])  # binary jsonb: a version byte, then the text
+            state = state[1:]  # binary jsonb: a version byte, then the text (see _record)
         exact = result.get_value(0, 3)
         return tid, class_name, state, exact
 
@@ -441,6 +440,8 @@ class JsonbStorage(ConflictResolvingStorage):
     def _record(self, oid: bytes, tid: int, class_name: str, state, exact: bytes | None) -> bytes:
         if exact is not None:
             return bytes(exact)
+        if type(state) is bytes:  # the JSON text of _load_row
+            return jsonstate.decode_text(class_name, state)
         return jsonstate.decode_record(class_name, state)
 
     def _remember(self, oid: bytes, tid: bytes, data: bytes) -> None:
@@ -825,7 +826,7 @@ class JsonbStorage(ConflictResolvingStorage):
 
     def _encode(self, oid: bytes, prev: bytes, data: bytes, blob_id: int | None) -> _PendingRow:
         try:
-            encoded = jsonstate.encode_record(data)
+            encoded = jsonstate.encode_record(data, with_state=False)
         except jsonstate.TranscodeError as error:
             # Not a ZODB pickle at all (ZODB's own tests store such bytes; so do record-
             # transforming wrappers): keep it exactly. Its references are unknown, so pack
@@ -838,7 +839,7 @@ class JsonbStorage(ConflictResolvingStorage):
             zoid=u64(oid),
             prev_tid=_serial(prev),
             class_name=encoded.class_name,
-            state_json=jsonstate.json_dumps(encoded.state),
+            state_json=encoded.text if encoded.text is not None else jsonstate.json_dumps(encoded.state),
             refs=[u64(ref) for ref in encoded.refs],
             exact=encoded.exact,
             blob_id=blob_id,

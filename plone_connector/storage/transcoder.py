@@ -22,6 +22,8 @@ from types import ModuleType
 PACKAGE = "plone_connector.storage"
 # In import order: each imports the ones before it.
 MODULES = ("jsonstate_tree", "jsonstate_pickle", "jsonstate")
+# Compiled-only modules (a .pyx, no .py): fast paths that the reference modules use when present.
+FAST_MODULES = ("jsonstate_fast",)
 PURE_VARIABLE = "PLONE_CONNECTOR_PURE_PYTHON"
 
 _HERE = Path(__file__).resolve().parent

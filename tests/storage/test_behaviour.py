@@ -323,8 +323,8 @@ def test_state_is_readable_jsonb_and_inexact_records_keep_the_exact_pickle(stora
     # so the storage's side of the contract (keep, count and read back the exact bytes) is shown.
     real_encode = jsonstate.encode_record
 
-    def encode(data):
-        encoded = real_encode(data)
+    def encode(data, **options):
+        encoded = real_encode(data, **options)
         if b"keep-exact" in data:
             return encoded._replace(exact=data, reason="test")
         return encoded

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from plone_connector.storage import transcoder
 from tests.deploy.test_service_image_build import build_context
 
 pytestmark = pytest.mark.slow
@@ -41,8 +42,9 @@ def test_the_wheel_carries_the_compiled_transcoder_and_runs_it(tmp_path):
     wheel = _build_wheel(context, tmp_path / "dist")
     assert not wheel.name.endswith("-none-any.whl"), wheel.name  # a platform wheel
     names = zipfile.ZipFile(wheel).namelist()
-    for module in ("jsonstate_tree", "jsonstate_pickle", "jsonstate"):
+    for module in ("jsonstate_tree", "jsonstate_pickle", "jsonstate", "jsonstate_fast"):
         assert any(name.startswith(f"plone_connector/storage/{module}.") and name.endswith(".so") for name in names), module
+    for module in ("jsonstate_tree", "jsonstate_pickle", "jsonstate"):
         assert f"plone_connector/storage/{module}.py" in names  # the reference ships too
     assert "plone_connector/storage/compiled_sources.json" in names
 
@@ -54,12 +56,12 @@ def test_the_wheel_carries_the_compiled_transcoder_and_runs_it(tmp_path):
         "assert jsonstate.__file__.startswith(sys.argv[1]), jsonstate.__file__\n"
         "record = b'\\x80\\x03c__main__\\nX\\n.\\x80\\x03}X\\x01\\x00\\x00\\x00aK\\x01s.'\n"
         "encoded = jsonstate.encode_record(record)\n"
-        "print(transcoder.active(), encoded.state, encoded.exact)\n"
+        "print(transcoder.active(), encoded.state, encoded.exact, jsonstate._fast is not None, encoded.text)\n"
     )
     env = {key: value for key, value in os.environ.items() if key != transcoder_variable()}
     out = subprocess.run([sys.executable, "-c", code, str(target)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "compiled {'a': 1} None"
+    assert out.strip() == 'compiled {\'a\': 1} None True {"a":1}'
 
 
 def test_the_variable_builds_a_pure_wheel(tmp_path):
@@ -114,7 +116,8 @@ def test_an_editable_install_with_the_variable_removes_an_earlier_build(tmp_path
     build_context(context)
     build_data, _ = _run_hook(context, "editable")  # compiles in place
     storage = context / "plone_connector" / "storage"
-    assert len(list(storage.glob("*.so"))) == 3 and (storage / "compiled_sources.json").exists()
-    assert build_data["pure_python"] is False and len(build_data["artifacts"]) == 4
+    modules = len(transcoder.MODULES) + len(transcoder.FAST_MODULES)
+    assert len(list(storage.glob("*.so"))) == modules and (storage / "compiled_sources.json").exists()
+    assert build_data["pure_python"] is False and len(build_data["artifacts"]) == modules + 1
     _run_hook(context, "editable", PLONE_CONNECTOR_PURE_PYTHON="1")
     assert not list(storage.glob("*.so")) and not (storage / "compiled_sources.json").exists()
