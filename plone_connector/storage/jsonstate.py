@@ -546,15 +546,15 @@ def encode_record(data: bytes, with_state: bool = True) -> EncodedState:
 
 
 def _checked_fast(scanned, with_state: bool) -> EncodedState | None:
-    """The fast path's JSON, if the record that a load rebuilds from it (decode_text, in jsonb's
-    key order) has the same canonical form as the original (jsonstate_fast); None sends the
-    record down the reference path."""
-    class_name, text, refs, canonical = scanned
+    """The fast path's JSON, if the record a load rebuilds from it (decode_text, in jsonb's key
+    order) is the one predicted from the original (jsonstate_fast.scan); None sends the record
+    down the reference path."""
+    class_name, text, refs, predicted = scanned
     try:
         rebuilt = decode_text(class_name, text, jsonb_order=True)
     except Exception:  # any failure of the check: the reference path decides
         return None
-    if _fast.canonical(rebuilt) != canonical:
+    if rebuilt != predicted:
         return None
     return EncodedState(class_name, json.loads(text) if with_state else None, refs, None, None, rebuilt, text)
 

@@ -15,10 +15,12 @@ object per value), and three things are written from the tree:
 - the record again, exactly as the pickler wrote it (memo puts and gets, batches): it must equal
   the input byte for byte, else the tree is not a faithful reading and the record takes the
   reference path;
-- a canonical form of the tree (no memo, values whose opcodes are compared as bytes, dict
-  members in jsonb's key order), which the caller compares with the canonical form of the record
-  that the real decoder rebuilds from the JSON (``canonical``). Equal forms mean the rebuilt
-  record loads to a state equal to the original's: the round-trip check of the format (§8).
+- the record that decode_record writes from that JSON in jsonb's key order, predicted from the
+  tree (``rebuilt``). The caller decodes the JSON text with this module's decoder (``decode``,
+  which loads use too) and compares: equal bytes confirm the JSON, since the predicted record
+  loads to the state the tree holds (texts, floats, None and booleans as the opcodes read,
+  ints, bytes and globals as the writer writes them, containers the same). That is the
+  round-trip check of the format (§8) for these records.
 
 Anything else (other opcodes, a pickle that is not in the pickler's own form, texts with U+0000
 or lone surrogates, floats JSON cannot carry, deep nesting, a mutable object shared) returns
@@ -28,12 +30,14 @@ None, and the reference path decides.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.math cimport fabs, floor, isfinite, signbit
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
 cdef extern from "Python.h":
     char* PyOS_double_to_string(double val, char format_code, int precision, int flags, int *ptype) except NULL
     int Py_DTSF_ADD_DOT_0
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
+    ctypedef struct PyObject
+    double PyOS_string_to_double(const char *s, char **endptr, PyObject *overflow_exception) except? -1.0
 
 # Node kinds
 cdef enum:
@@ -87,6 +91,18 @@ ctypedef struct Batch:
     int next
 
 
+cdef enum:
+    MAX_GLOBALS = 64
+
+
+ctypedef struct Globals:
+    int count
+    Py_ssize_t module[MAX_GLOBALS]
+    Py_ssize_t module_size[MAX_GLOBALS]
+    Py_ssize_t name[MAX_GLOBALS]
+    Py_ssize_t name_size[MAX_GLOBALS]
+
+
 cdef struct Out:
     char *data
     Py_ssize_t size
@@ -138,6 +154,76 @@ cdef int grow(void **array, int *capacity, int count, size_t item) except -1:
     array[0] = data
     capacity[0] = new_capacity
     return 0
+
+
+cdef int write_memo(Out *out, unsigned char small, unsigned char large, int index) except -1:
+    cdef unsigned char buffer[5]
+    if index < 256:
+        buffer[0] = small
+        buffer[1] = <unsigned char>index
+        return out_write(out, <char *>buffer, 2)
+    buffer[0] = large
+    buffer[1] = index & 0xff
+    buffer[2] = (index >> 8) & 0xff
+    buffer[3] = (index >> 16) & 0xff
+    buffer[4] = (index >> 24) & 0xff
+    return out_write(out, <char *>buffer, 5)
+
+
+cdef int write_int(Out *out, long long value) except -1:
+    """An int as jsonstate_pickle.write_int writes it (LONG1 not trimmed)."""
+    cdef unsigned char buffer[10]
+    cdef int size, i
+    cdef unsigned long long bits
+    if 0 <= value < 256:
+        buffer[0] = 75
+        buffer[1] = <unsigned char>value
+        return out_write(out, <char *>buffer, 2)
+    if 0 <= value < 65536:
+        buffer[0] = 77
+        buffer[1] = value & 0xff
+        buffer[2] = (value >> 8) & 0xff
+        return out_write(out, <char *>buffer, 3)
+    if -0x80000000 <= value <= 0x7fffffff:
+        bits = <unsigned long long>value
+        buffer[0] = 74
+        for i in range(4):
+            buffer[1 + i] = (bits >> (8 * i)) & 0xff
+        return out_write(out, <char *>buffer, 5)
+    if value == -0x7fffffffffffffff - 1:
+        raise _NotPlain()
+    # LONG1 of (bit_length >> 3) + 1 bytes.
+    bits = <unsigned long long>(value if value >= 0 else -value)
+    size = 0
+    while bits:
+        size += 1
+        bits >>= 1
+    size = (size >> 3) + 1
+    if size > 8:
+        raise _NotPlain()
+    bits = <unsigned long long>value
+    buffer[0] = 0x8a
+    buffer[1] = size
+    for i in range(size):
+        buffer[2 + i] = (bits >> (8 * i)) & 0xff
+    return out_write(out, <char *>buffer, 2 + size)
+
+
+cdef int write_decimal(Out *out, long long value) except -1:
+    """A JSON integer."""
+    cdef char digits[24]
+    cdef int i = 24
+    cdef unsigned long long magnitude = <unsigned long long>(value if value >= 0 else -value)
+    while True:
+        i -= 1
+        digits[i] = 48 + <int>(magnitude % 10)
+        magnitude //= 10
+        if magnitude == 0:
+            break
+    if value < 0:
+        i -= 1
+        digits[i] = 45
+    return out_write(out, digits + i, 24 - i)
 
 
 cdef inline unsigned int u4(const unsigned char *p):
@@ -572,52 +658,135 @@ cdef class _Tree:
         finally:
             PyMem_Free(out.data)
 
-    # -- the canonical form ---------------------------------------------------------------
+    # -- the record as the decoder writes it ------------------------------------------------
 
-    cdef int emit_canonical(self, Out *out, int slot, int depth) except -1:
+    cdef int emit_global(self, Out *out, FNode *node, Globals *memo) except -1:
+        """GLOBAL as jsonstate_pickle.write_global writes "module.name": memoized by name, the
+        memo counting globals only (the subset has no other memo use)."""
+        cdef int i
+        cdef Py_ssize_t module = node.pend - node.pstart, name = node.nend - node.nstart
+        for i in range(memo.count):
+            if (
+                memo.module_size[i] == module and memo.name_size[i] == name
+                and memcmp(self.data + memo.module[i], self.data + node.pstart, module) == 0
+                and memcmp(self.data + memo.name[i], self.data + node.nstart, name) == 0
+            ):
+                write_memo(out, 104, 106, i)  # BINGET / LONG_BINGET
+                return 0
+        if memo.count == MAX_GLOBALS:
+            raise _NotPlain()
+        memo.module[memo.count] = node.pstart
+        memo.module_size[memo.count] = module
+        memo.name[memo.count] = node.nstart
+        memo.name_size[memo.count] = name
+        out_write(out, <const char *>self.data + node.start, node.end - node.start)
+        write_memo(out, 113, 114, memo.count)  # BINPUT / LONG_BINPUT
+        memo.count += 1
+        return 0
+
+    cdef int emit_writer(self, Out *out, int slot, int depth, Globals *memo) except -1:
+        """The value as decode_record writes it from the JSON, in jsonb's key order."""
         cdef FNode *node = &self.nodes[self.slots[slot].node]
+        cdef FNode *pid
         cdef int child, i, count
         cdef int *pairs
+        cdef Py_ssize_t size
+        cdef unsigned char head[5]
         if depth > MAX_DEPTH:
             raise _TooDeep()
-        if node.kind == K_TUPLE or node.kind == K_LIST:
-            out_byte(out, b'(' if node.kind == K_TUPLE else b'[')
+        if node.kind == K_INT:
+            write_int(out, node.ival)
+        elif node.kind == K_BYTES:
+            size = node.pend - node.pstart
+            if size < 256:
+                head[0] = 67  # SHORT_BINBYTES
+                head[1] = <unsigned char>size
+                out_write(out, <char *>head, 2)
+            else:
+                head[0] = 66  # BINBYTES
+                head[1] = size & 0xff
+                head[2] = (size >> 8) & 0xff
+                head[3] = (size >> 16) & 0xff
+                head[4] = (size >> 24) & 0xff
+                out_write(out, <char *>head, 5)
+            out_write(out, <const char *>self.data + node.pstart, size)
+        elif node.kind == K_GLOBAL:
+            self.emit_global(out, node, memo)
+        elif node.kind == K_TUPLE:
+            if node.count > 3:
+                out_byte(out, 40)  # MARK
             child = node.first
             while child >= 0:
-                self.emit_canonical(out, child, depth + 1)
+                self.emit_writer(out, child, depth + 1, memo)
                 child = self.slots[child].next
-            out_byte(out, b')' if node.kind == K_TUPLE else b']')
-        elif node.kind == K_REF:
-            out_byte(out, b'Q')
-            self.emit_canonical(out, node.first, depth + 1)
-        elif node.kind == K_DICT and not self.all_text_keys(node):
-            out_byte(out, b'<')  # pairs in their order, as @dict keeps them
-            child = node.first
-            while child >= 0:
-                self.emit_canonical(out, child, depth + 1)
-                child = self.slots[child].next
-            out_byte(out, b'>')
-        elif node.kind == K_DICT:
-            out_byte(out, b'{')
-            count = node.count // 2
-            pairs = <int *>PyMem_Malloc(max(count, 1) * 4 * sizeof(int))
-            if pairs == NULL:
-                raise MemoryError()
-            try:
+            if node.count > 3:
+                out_byte(out, 116)  # TUPLE
+            else:
+                out_byte(out, 41 if node.count == 0 else 0x84 + node.count)
+        elif node.kind == K_LIST:
+            out_byte(out, 93)  # EMPTY_LIST
+            if node.count:
+                out_byte(out, 40)
                 child = node.first
-                for i in range(count):
-                    pairs[2 * i] = child
-                    pairs[2 * i + 1] = self.slots[child].next
-                    child = self.slots[pairs[2 * i + 1]].next
-                self.sort_pairs(pairs, pairs + 2 * count, count)
-                for i in range(2 * count):
-                    self.emit_canonical(out, pairs[i], depth + 1)
-            finally:
-                PyMem_Free(pairs)
-            out_byte(out, b'}')
-        else:
+                while child >= 0:
+                    self.emit_writer(out, child, depth + 1, memo)
+                    child = self.slots[child].next
+                out_byte(out, 101)  # APPENDS
+        elif node.kind == K_REF:
+            pid = &self.nodes[self.slots[node.first].node]
+            if pid.kind == K_BYTES:
+                self.emit_writer(out, node.first, depth + 1, memo)
+            else:
+                self.emit_writer(out, pid.first, depth + 1, memo)
+                self.emit_global(out, &self.nodes[self.slots[self.slots[pid.first].next].node], memo)
+                out_byte(out, 0x86)  # TUPLE2
+            out_byte(out, 81)  # BINPERSID
+        elif node.kind == K_DICT:
+            out_byte(out, 125)  # EMPTY_DICT
+            if node.count:
+                out_byte(out, 40)
+                if self.all_text_keys(node):  # a JSON object: members in jsonb's order
+                    count = node.count // 2
+                    pairs = <int *>PyMem_Malloc(count * 4 * sizeof(int))
+                    if pairs == NULL:
+                        raise MemoryError()
+                    try:
+                        child = node.first
+                        for i in range(count):
+                            pairs[2 * i] = child
+                            pairs[2 * i + 1] = self.slots[child].next
+                            child = self.slots[pairs[2 * i + 1]].next
+                        self.sort_pairs(pairs, pairs + 2 * count, count)
+                        for i in range(2 * count):
+                            self.emit_writer(out, pairs[i], depth + 1, memo)
+                    finally:
+                        PyMem_Free(pairs)
+                else:  # @dict pairs, in their order
+                    child = node.first
+                    while child >= 0:
+                        self.emit_writer(out, child, depth + 1, memo)
+                        child = self.slots[child].next
+                out_byte(out, 117)  # SETITEMS
+        else:  # texts ('X', as the writer too), floats, None, booleans: the opcode as read
             out_write(out, <const char *>self.data + node.start, node.end - node.start)
         return 0
+
+    cdef bytes rebuilt(self):
+        """The record decode_record(class, json, jsonb_order=True) writes for this one."""
+        cdef Out out
+        cdef Globals memo
+        out.data = NULL
+        out.size = out.capacity = 0
+        memo.count = 0
+        try:
+            out_write(&out, b"\x80\x03", 2)
+            self.emit_global(&out, &self.nodes[self.slots[self.meta].node], &memo)
+            out_write(&out, b".\x80\x03", 3)
+            self.emit_writer(&out, self.root, 0, &memo)
+            out_byte(&out, 46)  # STOP
+            return PyBytes_FromStringAndSize(out.data, out.size)
+        finally:
+            PyMem_Free(out.data)
 
     cdef bint all_text_keys(self, FNode *node):
         cdef int child = node.first
@@ -679,17 +848,6 @@ cdef class _Tree:
             k += 1
         memcpy(pairs, scratch, 2 * count * sizeof(int))
 
-    cdef bytes canonical(self):
-        cdef Out out
-        out.data = NULL
-        out.size = out.capacity = 0
-        try:
-            self.emit_canonical(&out, self.meta, 0)
-            self.emit_canonical(&out, self.root, 0)
-            return PyBytes_FromStringAndSize(out.data, out.size)
-        finally:
-            PyMem_Free(out.data)
-
     # -- JSON -----------------------------------------------------------------------------
 
     cdef int emit_json(self, Out *out, int slot, int depth, list refs, set seen) except -1:
@@ -749,11 +907,11 @@ cdef class _Tree:
             out_write(out, b']}' if kind == K_TUPLE else b']', 2 if kind == K_TUPLE else 1)
         elif kind == K_INT:
             if -MAX_SAFE_INT <= node.ival <= MAX_SAFE_INT:
-                text_bytes = str(node.ival).encode("ascii")
-                out_write(out, PyBytes_AS_STRING(text_bytes), PyBytes_GET_SIZE(text_bytes))
+                write_decimal(out, node.ival)
             else:
-                text_bytes = ('{"@int":"%d"}' % node.ival).encode("ascii")
-                out_write(out, PyBytes_AS_STRING(text_bytes), PyBytes_GET_SIZE(text_bytes))
+                out_write(out, b'{"@int":"', 9)
+                write_decimal(out, node.ival)
+                out_write(out, b'"}', 2)
         elif kind == K_NONE:
             out_write(out, b"null", 4)
         elif kind == K_TRUE:
@@ -816,9 +974,9 @@ cdef class _Tree:
 
     cdef int emit_dotted(self, Out *out, FNode *node) except -1:
         out_byte(out, b'"')
-        plain_name(out, self.data + node.pstart, node.pend - node.pstart)
+        plain_name(out, self.data + node.pstart, node.pend - node.pstart, True)
         out_byte(out, b'.')
-        plain_name(out, self.data + node.nstart, node.nend - node.nstart)
+        plain_name(out, self.data + node.nstart, node.nend - node.nstart, False)
         out_byte(out, b'"')
         return 0
 
@@ -828,9 +986,9 @@ cdef class _Tree:
         out.data = NULL
         out.size = out.capacity = 0
         try:
-            plain_name(&out, self.data + node.pstart, node.pend - node.pstart)
+            plain_name(&out, self.data + node.pstart, node.pend - node.pstart, True)
             out_byte(&out, b'.')
-            plain_name(&out, self.data + node.nstart, node.nend - node.nstart)
+            plain_name(&out, self.data + node.nstart, node.nend - node.nstart, False)
             return PyUnicode_DecodeUTF8(out.data, out.size, "strict")
         finally:
             PyMem_Free(out.data)
@@ -849,13 +1007,14 @@ class _TooDeep(_NotPlain):
 cdef const char *_HEX = b"0123456789abcdef"
 
 
-cdef int plain_name(Out *out, const unsigned char *p, Py_ssize_t size) except -1:
-    """A module or class name: printable ASCII without quote or backslash, else not plain."""
+cdef int plain_name(Out *out, const unsigned char *p, Py_ssize_t size, bint dots) except -1:
+    """A module (``dots``) or class name: printable ASCII without quote or backslash, else not
+    plain. A class name with a dot has no plain form ("module.name" splits at the last dot)."""
     cdef Py_ssize_t i
     if size == 0:
         raise _NotPlain()
     for i in range(size):
-        if p[i] < 0x21 or p[i] > 0x7e or p[i] == 34 or p[i] == 92:
+        if p[i] < 0x21 or p[i] > 0x7e or p[i] == 34 or p[i] == 92 or (p[i] == 46 and not dots):
             raise _NotPlain()
     out_write(out, <const char *>p, size)
     return 0
@@ -976,10 +1135,6 @@ cdef int base64_write(Out *out, const unsigned char *p, Py_ssize_t size) except 
 
 
 # -- JSON text -> record (the plain subset of what decode_record reads) -----------------------
-
-cdef enum:
-    MAX_GLOBALS = 64
-
 
 cdef class _Decoder:
     """Writes the record that jsonstate_pickle.write_record writes for the same JSON, byte for
@@ -1162,45 +1317,6 @@ cdef class _Decoder:
         out_write(&self.out, scratch.data, scratch.size)
         return 0
 
-    cdef int write_int(self, long long value) except -1:
-        cdef unsigned char buffer[10]
-        cdef int size, i
-        cdef unsigned long long bits
-        if 0 <= value < 256:
-            buffer[0] = 75
-            buffer[1] = <unsigned char>value
-            out_write(&self.out, <char *>buffer, 2)
-        elif 0 <= value < 65536:
-            buffer[0] = 77
-            buffer[1] = value & 0xff
-            buffer[2] = (value >> 8) & 0xff
-            out_write(&self.out, <char *>buffer, 3)
-        elif -0x80000000 <= value <= 0x7fffffff:
-            bits = <unsigned long long>value
-            buffer[0] = 74
-            for i in range(4):
-                buffer[1 + i] = (bits >> (8 * i)) & 0xff
-            out_write(&self.out, <char *>buffer, 5)
-        else:
-            # LONG1 of (bit_length >> 3) + 1 bytes, as write_int (not trimmed).
-            if value == -0x7fffffffffffffff - 1:
-                raise _NotPlain()
-            bits = <unsigned long long>(value if value >= 0 else -value)
-            size = 0
-            while bits:
-                size += 1
-                bits >>= 1
-            size = (size >> 3) + 1
-            if size > 8:
-                raise _NotPlain()
-            bits = <unsigned long long>value
-            buffer[0] = 0x8a
-            buffer[1] = size
-            for i in range(size):
-                buffer[2 + i] = (bits >> (8 * i)) & 0xff
-            out_write(&self.out, <char *>buffer, 2 + size)
-        return 0
-
     cdef int number(self) except -1:
         """A JSON number at p: int (no fraction or exponent) or float, as json.loads reads it."""
         cdef Py_ssize_t start = self.p, digits
@@ -1210,6 +1326,7 @@ cdef class _Decoder:
         cdef double value
         cdef unsigned long long bits
         cdef unsigned char buffer[9]
+        cdef char *end
         cdef int i
         if self.p < self.size and self.text[self.p] == 45:
             negative = True
@@ -1248,9 +1365,10 @@ cdef class _Decoder:
             if self.p == digits:
                 raise _NotPlain()
         if not is_float:
-            return self.write_int(-<long long>magnitude if negative else <long long>magnitude)
-        literal = PyBytes_FromStringAndSize(<const char *>self.text + start, self.p - start)
-        value = float(literal)
+            return write_int(&self.out, -<long long>magnitude if negative else <long long>magnitude)
+        value = PyOS_string_to_double(<const char *>self.text + start, &end, NULL)
+        if end != <char *>self.text + self.p:
+            raise _NotPlain()
         memcpy(&bits, &value, 8)
         buffer[0] = 71
         for i in range(8):
@@ -1455,6 +1573,8 @@ cdef class _Decoder:
         """Move p past one JSON value, checking only what finding its end needs."""
         cdef unsigned char c
         cdef int level = 0
+        cdef const unsigned char *quote
+        cdef Py_ssize_t backslashes
         self.skip_ws()
         while True:
             if self.p >= self.size:
@@ -1463,16 +1583,16 @@ cdef class _Decoder:
             if c == 34:
                 self.p += 1
                 while True:
-                    if self.p >= self.size:
+                    quote = <const unsigned char *>memchr(self.text + self.p, 34, self.size - self.p)
+                    if quote == NULL:
                         raise _NotPlain()
-                    c = self.text[self.p]
-                    if c == 92:
-                        self.p += 2
-                    elif c == 34:
-                        self.p += 1
+                    # The quote ends the string unless an odd number of backslashes precede it.
+                    backslashes = 0
+                    while quote - backslashes - 1 >= self.text + self.p and (quote - backslashes - 1)[0] == 92:
+                        backslashes += 1
+                    self.p = quote - self.text + 1
+                    if backslashes % 2 == 0:
                         break
-                    else:
-                        self.p += 1
             elif c == 123 or c == 91:
                 level += 1
                 if depth + level > MAX_DEPTH:
@@ -1692,7 +1812,7 @@ cdef class _Decoder:
             raise _NotPlain()
         if not -0x8000000000000000 <= number <= 0x7fffffffffffffff:
             raise _NotPlain()
-        return self.write_int(number)
+        return write_int(&self.out, number)
 
 
 cdef inline unsigned int hex_digit(unsigned char c) except 99:
@@ -1753,7 +1873,7 @@ cdef int utf8_write(Out *out, unsigned int code) except -1:
 
 
 def scan(bytes record):
-    """(class name, JSON text, refs, canonical form) of a record in the plain subset, else None.
+    """(class name, JSON text, refs, rebuilt record) of a record in the plain subset, else None.
 
     ``refs`` are the 8-byte oids of its persistent references, first occurrence first, each once.
     The record itself is reproduced from what was read before anything is returned.
@@ -1772,18 +1892,19 @@ def scan(bytes record):
             text = PyUnicode_DecodeUTF8(out.data, out.size, "strict")
         finally:
             PyMem_Free(out.data)
-        return tree.dotted(tree.meta), text, refs, tree.canonical()
+        return tree.dotted(tree.meta), text, refs, tree.rebuilt()
     except _NotPlain:
         return None
 
 
-def canonical(bytes record):
-    """The canonical form of a record in the subset (what ``scan`` returns last), else None."""
+def rebuild(bytes record):
+    """The record decode_record writes (in jsonb's key order) from the JSON of a record in the
+    subset, written from what was read (what ``scan`` returns last); else None."""
     cdef _Tree tree = _Tree()
     try:
-        if not tree.parse(record):
+        if not tree.parse(record) or not tree.reproduces():
             return None
-        return tree.canonical()
+        return tree.rebuilt()
     except _NotPlain:
         return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 
@@ -74,6 +75,39 @@ def test_the_refs_column_holds_each_record_s_references(storage):
     finally:
         db.close()
 
+
+
+# What COPY's text format reads specially, in keys, values and the end-of-data marker.
+COPY_TEXTS = ["a\\b", "\\", "\\\\N", "\\N", "\\.", "tab\there", "line\nbreak", "cr\rlf\r\n", '"\\"', "é\u2028\x7f"]
+
+
+def test_texts_copy_reads_specially_come_back_unchanged(storage, other_process):
+    """Rows go to PostgreSQL as COPY text lines the storage writes itself (storage._copy_line)."""
+    db = ZODB.DB(storage)
+    try:
+        value = PersistentMapping({text: [text, (text,), {text: text}] for text in COPY_TEXTS})
+        value["exact"] = PersistentMapping(x=float("nan"))  # a tagged form, and bytes in a list
+        value["bytes"] = [b"\\\t\n", b"\\N"]
+        _commit_value(db, "copy", value)
+        with psycopg.connect(storage._shared.dsn) as pg:
+            (state,) = pg.execute(
+                "select state from zodb_object_state where zoid = %s", (u64(value._p_oid),)
+            ).fetchone()
+        assert state["data"]["tab\there"] == ["tab\there", {"@t": ["tab\there"]}, {"tab\there": "tab\there"}]
+    finally:
+        db.close()
+    # Read back by a process that shares no cache with the writer.
+    other = ZODB.DB(other_process())
+    try:
+        conn = other.open()
+        loaded = conn.root()["copy"]
+        for text in COPY_TEXTS:
+            assert loaded[text] == [text, (text,), {text: text}]
+        assert loaded["bytes"] == [b"\\\t\n", b"\\N"]
+        assert math.isnan(loaded["exact"]["x"])
+        conn.close()
+    finally:
+        other.close()
 
 def test_new_oids_come_in_growing_blocks_and_never_repeat(storage, other_process):
     from plone_connector.storage.storage import OID_BLOCK_MAX, OID_BLOCK_MIN
