@@ -117,10 +117,9 @@ def fast_share(records: list[bytes]) -> str:
     taken = {}
     total = {}
     for data in records:
-        scanned = fast.scan(data)
         name = jsonstate.encode_record(data).class_name
         total[name] = total.get(name, 0) + 1
-        if scanned is not None and jsonstate._checked_fast(scanned, False) is not None:
+        if fast.encode(data) is not None:
             taken[name] = taken.get(name, 0) + 1
     common = sorted(total, key=total.get, reverse=True)[:8]
     detail = ", ".join(f"{name.rsplit('.', 1)[-1]} {taken.get(name, 0)}/{total[name]}" for name in common)

@@ -513,11 +513,10 @@ def encode_record(data: bytes, with_state: bool = True) -> EncodedState:
     """
     data = bytes(data)
     if _fast is not None:
-        scanned = _fast.scan(data)
-        if scanned is not None:
-            encoded = _checked_fast(scanned, with_state)
-            if encoded is not None:
-                return encoded
+        fast = _fast.encode(data)  # read, written and checked in C (jsonstate_fast.pyx)
+        if fast is not None:
+            class_name, text, refs, record = fast
+            return EncodedState(class_name, json.loads(text) if with_state else None, refs, None, None, record, text)
     try:
         meta, state, pids = load_structure(data)
     except Exception as exc:  # any unpickling failure: keep the record as it is
@@ -543,20 +542,6 @@ def encode_record(data: bytes, with_state: bool = True) -> EncodedState:
     if not exact:
         return EncodedState(class_name, state_json, refs, data, "round trip differs")
     return EncodedState(class_name, state_json, refs, None, None, rebuilt)
-
-
-def _checked_fast(scanned, with_state: bool) -> EncodedState | None:
-    """The fast path's JSON, if the record a load rebuilds from it (decode_text, in jsonb's key
-    order) is the one predicted from the original (jsonstate_fast.scan); None sends the record
-    down the reference path."""
-    class_name, text, refs, predicted = scanned
-    try:
-        rebuilt = decode_text(class_name, text, jsonb_order=True)
-    except Exception:  # any failure of the check: the reference path decides
-        return None
-    if rebuilt != predicted:
-        return None
-    return EncodedState(class_name, json.loads(text) if with_state else None, refs, None, None, rebuilt, text)
 
 
 def _with_exact(data: bytes, reason: str, refs: list[bytes]) -> EncodedState:

@@ -1897,6 +1897,19 @@ def scan(bytes record):
         return None
 
 
+def encode(bytes record):
+    """``scan``, checked: its result when the JSON text decodes (with ``decode``, as loads do, in
+    jsonb's key order) to exactly the record predicted from what was read; else None, and the
+    reference path decides."""
+    scanned = scan(record)
+    if scanned is None:
+        return None
+    rebuilt = decode(scanned[0], scanned[1], True)
+    if rebuilt is None or rebuilt != scanned[3]:
+        return None
+    return scanned
+
+
 def rebuild(bytes record):
     """The record decode_record writes (in jsonb's key order) from the JSON of a record in the
     subset, written from what was read (what ``scan`` returns last); else None."""

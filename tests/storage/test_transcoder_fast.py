@@ -141,8 +141,7 @@ def test_plain_records_take_the_fast_path_and_give_the_references_answers(value)
     for data in _records(value):
         scanned = jsonstate_fast.scan(data)
         assert scanned is not None, data
-        checked = jsonstate._checked_fast(scanned, with_state=True)
-        assert checked is not None, data
+        assert jsonstate_fast.encode(data) == scanned, data  # confirmed by the check
         expected = _answers(PURE, data)
         assert _answers(jsonstate, data) == expected
         # The text the storage writes, without the state parsed.
@@ -233,8 +232,24 @@ def test_an_int_the_pickler_writes_shorter_than_the_decoder_is_confirmed_by_valu
     assert scanned is not None
     assert scanned[1] == '{"value":-549755813888}'
     assert b"\x8a\x06" in scanned[3] and b"\x8a\x05" in data
-    assert jsonstate._checked_fast(scanned, with_state=False) is not None
+    assert jsonstate_fast.encode(data) == scanned
     assert _answers(jsonstate, data) == _answers(PURE, data)
+
+
+def test_the_check_catches_json_that_does_not_match_the_record():
+    """The comparison is not vacuous: JSON that differs from the record in any value, key or
+    type decodes to a record other than the predicted one."""
+    if jsonstate_fast is None:
+        pytest.skip("no fast path in this run (PLONE_CONNECTOR_PURE_PYTHON)")
+    data = _records({"a": 1, "b": "x", "c": [1.5, None], "d": (True,)})[-1]
+    class_name, text, _refs, predicted = jsonstate_fast.scan(data)
+    assert jsonstate_fast.decode(class_name, text, True) == predicted
+    for old, new in [('"a":1', '"a":2'), ('"x"', '"y"'), ('"b"', '"e"'), ("1.5", "1.25"), ("null", "false"),
+                     ("true", "1"), ('{"@t":[true]}', "[true]"), ("[1.5,null]", "[1.5]")]:
+        wrong = text.replace(old, new)
+        assert wrong != text
+        rebuilt = jsonstate_fast.decode(class_name, wrong, True)
+        assert rebuilt is not None and rebuilt != predicted, (old, new)
 
 
 @pytest.mark.parametrize(
@@ -266,7 +281,7 @@ def test_hand_made_records(ops, outcome):
         assert scanned is None
     else:
         assert scanned is not None
-        confirmed = jsonstate._checked_fast(scanned, with_state=False)
+        confirmed = jsonstate_fast.encode(data)
         assert (confirmed is not None) == (outcome == "taken")
     if _readable(data):
         assert _answers(jsonstate, data) == _answers(PURE, data)
@@ -383,7 +398,7 @@ def test_a_bigger_container_goes_the_fast_path():
     data = _records_of(db)[container._p_oid]
     scanned = jsonstate_fast.scan(data)
     assert scanned is not None and len(scanned[2]) == 2000
-    assert jsonstate._checked_fast(scanned, with_state=False) is not None
+    assert jsonstate_fast.encode(data) == scanned
     assert _answers(jsonstate, data) == _answers(PURE, data)
     db.close()
 
