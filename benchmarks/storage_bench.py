@@ -231,15 +231,17 @@ def main() -> None:
         "FileStorage": os.path.join(workdir, "Data.fs"),
     }
     open_storage("RelStorage", targets["RelStorage"]).close()  # creates its schema once
-    rows = {}
-    for kind, target in targets.items():
-        for level in levels:
-            best = {op: 0.0 for op in OPERATIONS}
-            for _ in range(args.repeat):
+    # Round-robin: each repeat runs every storage at every level, so that a slow stretch of a
+    # shared machine hits all of them instead of the one that happened to run then.
+    rows = {(kind, level): {op: 0.0 for op in OPERATIONS} for kind in targets for level in levels}
+    for repeat in range(args.repeat):
+        for kind, target in targets.items():
+            for level in levels:
                 rates = run_concurrent(kind, target, args.objects, level)
-                best = {op: max(best[op], rates[op]) for op in OPERATIONS}
-            rows[(kind, level)] = best
-            print(kind, level, {op: round(v) for op, v in best.items()}, flush=True)
+                rows[(kind, level)] = {op: max(rows[(kind, level)][op], rates[op]) for op in OPERATIONS}
+        print(f"after repeat {repeat + 1}:", flush=True)
+        for (kind, level), best in rows.items():
+            print(" ", kind, level, {op: round(v) for op, v in best.items()}, flush=True)
     packs = {kind: pack_time(kind, target) for kind, target in targets.items()}
     print("pack seconds", {k: round(v, 3) for k, v in packs.items()})
     write_report(Path(args.output), rows, packs, levels, args)
@@ -260,7 +262,8 @@ def write_report(path: Path, rows, packs, levels, args) -> None:
         f"`benchmarks/storage_bench.py --objects {args.objects} --repeat {args.repeat}"
         f" --concurrency {args.concurrency}`, PostgreSQL {server} (same server for both"
         f" PostgreSQL storages), Python {platform.python_version()}, {os.cpu_count()} CPUs.",
-        "Objects per second summed over the concurrent workers, best of the repeats"
+        "Objects per second summed over the concurrent workers, best of the repeats, which run"
+        " round-robin (every storage and level once per repeat)"
         " (higher is better). Workers are processes for the PostgreSQL storages and threads"
         " for FileStorage. RelStorage is history-free with its default local cache (50 MB)."
         " The machine is shared with other test runs: differences under about 20% are noise.",
