@@ -5,7 +5,9 @@ stay the reference. Built wheels and editable installs also get a compiled exten
 for each, from the same source plus the typing declarations in the ``.pxd`` file beside it;
 Python imports an extension module in preference to the ``.py`` of the same name. The tests
 compare the two on generated graphs and on a Plone site's records (tests/storage/
-test_transcoder_compiled.py).
+test_transcoder_compiled.py). ``jsonstate_fast.pyx`` has no Python twin: it is the compiled fast
+path for plain records, which the reference modules do without (tests/storage/
+test_transcoder_fast.py compares it with them).
 
 ``PLONE_CONNECTOR_PURE_PYTHON=1`` skips the compilation (a platform without a C compiler, or
 an image that never opens the storage); everything then runs on the pure modules. Without a

@@ -156,18 +156,35 @@ cdef int grow(void **array, int *capacity, int count, size_t item) except -1:
     return 0
 
 
-cdef int write_memo(Out *out, unsigned char small, unsigned char large, int index) except -1:
-    cdef unsigned char buffer[5]
-    if index < 256:
-        buffer[0] = small
-        buffer[1] = <unsigned char>index
-        return out_write(out, <char *>buffer, 2)
-    buffer[0] = large
-    buffer[1] = index & 0xff
-    buffer[2] = (index >> 8) & 0xff
-    buffer[3] = (index >> 16) & 0xff
-    buffer[4] = (index >> 24) & 0xff
-    return out_write(out, <char *>buffer, 5)
+cdef int write_head(Out *out, unsigned char op, Py_ssize_t size) except -1:
+    """An opcode and its 4-byte little-endian length (BINUNICODE, BINBYTES)."""
+    cdef unsigned char head[5]
+    head[0] = op
+    head[1] = size & 0xff
+    head[2] = (size >> 8) & 0xff
+    head[3] = (size >> 16) & 0xff
+    head[4] = (size >> 24) & 0xff
+    return out_write(out, <char *>head, 5)
+
+
+cdef int write_short_or_long(Out *out, unsigned char short_op, unsigned char long_op, Py_ssize_t size) except -1:
+    """``short_op`` with a 1-byte argument below 256, else ``long_op`` with a 4-byte one."""
+    cdef unsigned char head[2]
+    if size < 256:
+        head[0] = short_op
+        head[1] = <unsigned char>size
+        return out_write(out, <char *>head, 2)
+    return write_head(out, long_op, size)
+
+
+cdef inline int write_bytes_head(Out *out, Py_ssize_t size) except -1:
+    """SHORT_BINBYTES below 256 bytes, else BINBYTES, as the pickler and the writer choose."""
+    return write_short_or_long(out, 67, 66, size)
+
+
+cdef inline int write_memo(Out *out, unsigned char small, unsigned char large, int index) except -1:
+    """BINPUT/LONG_BINPUT or BINGET/LONG_BINGET of a memo index."""
+    return write_short_or_long(out, small, large, index)
 
 
 cdef int write_int(Out *out, long long value) except -1:
@@ -352,11 +369,32 @@ cdef class _Tree:
         self.adopt(target, start)
         return 1
 
+    cdef inline Py_ssize_t line_end(self, Py_ssize_t p):
+        """Where the line from p ends (its newline), or -1."""
+        cdef const unsigned char *newline = <const unsigned char *>memchr(self.data + p, 10, self.size - p)
+        return -1 if newline == NULL else newline - self.data
+
+    cdef inline Py_ssize_t argument(self, Py_ssize_t *p, bint wide):
+        """The 1-byte, or 4-byte little-endian, argument at p[0] (moved past it); -1 if the
+        record ends first."""
+        cdef Py_ssize_t value
+        if wide:
+            if self.size - p[0] < 4:
+                return -1
+            value = u4(self.data + p[0])
+            p[0] += 4
+            return value
+        if self.size - p[0] < 1:
+            return -1
+        value = self.data[p[0]]
+        p[0] += 1
+        return value
+
     cdef int read(self, Py_ssize_t position, bint second) except -2:
         """Read one pickle from ``position``; return where it ends, or -1 if not in the subset."""
         cdef const unsigned char *data = self.data
         cdef Py_ssize_t size = self.size
-        cdef Py_ssize_t p = position, start, length, newline
+        cdef Py_ssize_t p = position, start, length
         cdef int op, node, n, index, slot, first
         cdef long long value
         cdef unsigned long long bits
@@ -368,30 +406,20 @@ cdef class _Tree:
             start = p
             op = data[p]
             p += 1
-            if op == ord('X'):
-                if size - p < 4:
+            if op == ord('X') or op == ord('C') or op == ord('B'):  # a text, short bytes, bytes
+                length = self.argument(&p, op != ord('C'))
+                if length < 0 or length > size - p:
                     return -1
-                length = u4(data + p)
-                if length > size - p - 4:
-                    return -1
-                node = self.new_node(K_STR, start, p + 4 + length)
-                self.nodes[node].pstart = p + 4
-                self.nodes[node].pend = p + 4 + length
-                p += 4 + length
+                node = self.new_node(K_STR if op == ord('X') else K_BYTES, start, p + length)
+                self.nodes[node].pstart = p
+                self.nodes[node].pend = p + length
+                p += length
                 self.push(node, -1)
             elif op == ord('q') or op == ord('r'):
-                if op == ord('q'):
-                    if size - p < 1:
-                        return -1
-                    index = data[p]
-                    p += 1
-                else:
-                    if size - p < 4:
-                        return -1
-                    if u4(data + p) >= MAX_MEMO:
-                        return -1
-                    index = <int>u4(data + p)
-                    p += 4
+                length = self.argument(&p, op == ord('r'))
+                if length < 0 or length >= MAX_MEMO:
+                    return -1
+                index = <int>length
                 if self.nstack == 0:
                     return -1
                 slot = self.stack[self.nstack - 1]
@@ -406,16 +434,10 @@ cdef class _Tree:
                     self.nmemo += 1
                 self.memo[index] = node
             elif op == ord('h') or op == ord('j'):
-                if op == ord('h'):
-                    if size - p < 1:
-                        return -1
-                    index = data[p]
-                    p += 1
-                else:
-                    if size - p < 4 or u4(data + p) >= MAX_MEMO:
-                        return -1
-                    index = <int>u4(data + p)
-                    p += 4
+                length = self.argument(&p, op == ord('j'))
+                if length < 0 or length >= MAX_MEMO:
+                    return -1
+                index = <int>length
                 if index >= self.nmemo or self.memo[index] < 0:
                     return -1
                 node = self.memo[index]
@@ -432,26 +454,17 @@ cdef class _Tree:
             elif op == ord('s') or op == ord('u') or op == ord('a') or op == ord('e'):
                 if not self.fill(op):
                     return -1
-            elif op == ord('K'):
-                if size - p < 1:
+            elif op == ord('K') or op == ord('M') or op == ord('J'):  # BININT1, BININT2, BININT
+                n = 1 if op == ord('K') else (2 if op == ord('M') else 4)
+                if size - p < n:
                     return -1
-                node = self.new_node(K_INT, start, p + 1)
-                self.nodes[node].ival = data[p]
-                p += 1
-                self.push(node, -1)
-            elif op == ord('M'):
-                if size - p < 2:
-                    return -1
-                node = self.new_node(K_INT, start, p + 2)
-                self.nodes[node].ival = data[p] | (data[p + 1] << 8)
-                p += 2
-                self.push(node, -1)
-            elif op == ord('J'):
-                if size - p < 4:
-                    return -1
-                node = self.new_node(K_INT, start, p + 4)
-                self.nodes[node].ival = <int>u4(data + p)
-                p += 4
+                bits = 0
+                for i in range(n):
+                    bits |= (<unsigned long long>data[p + i]) << (8 * i)
+                node = self.new_node(K_INT, start, p + n)
+                # BININT is signed; the other two are not.
+                self.nodes[node].ival = <int><unsigned int>bits if n == 4 else <long long>bits
+                p += n
                 self.push(node, -1)
             elif op == 0x8a:  # LONG1
                 if size - p < 1:
@@ -480,43 +493,16 @@ cdef class _Tree:
                 self.push(node, -1)
             elif op == ord('N') or op == 0x88 or op == 0x89:
                 self.push(self.new_node(K_NONE if op == ord('N') else (K_TRUE if op == 0x88 else K_FALSE), start, p), -1)
-            elif op == ord('C') or op == ord('B'):
-                if op == ord('C'):
-                    if size - p < 1:
-                        return -1
-                    length = data[p]
-                    p += 1
-                else:
-                    if size - p < 4:
-                        return -1
-                    length = u4(data + p)
-                    p += 4
-                if length > size - p:
+            elif op == ord('c'):  # GLOBAL module\n name\n
+                length = self.line_end(p)  # the module
+                if length < 0 or self.line_end(length + 1) < 0:
                     return -1
-                node = self.new_node(K_BYTES, start, p + length)
+                node = self.new_node(K_GLOBAL, start, self.line_end(length + 1) + 1)
                 self.nodes[node].pstart = p
-                self.nodes[node].pend = p + length
-                p += length
-                self.push(node, -1)
-            elif op == ord('c'):
-                node = self.new_node(K_GLOBAL, start, 0)
-                self.nodes[node].pstart = p
-                newline = p
-                while newline < size and data[newline] != 10:
-                    newline += 1
-                if newline >= size:
-                    return -1
-                self.nodes[node].pend = newline
-                p = newline + 1
-                self.nodes[node].nstart = p
-                newline = p
-                while newline < size and data[newline] != 10:
-                    newline += 1
-                if newline >= size:
-                    return -1
-                self.nodes[node].nend = newline
-                p = newline + 1
-                self.nodes[node].end = p
+                self.nodes[node].pend = length
+                self.nodes[node].nstart = length + 1
+                self.nodes[node].nend = self.nodes[node].end - 1
+                p = self.nodes[node].end
                 self.push(node, -1)
             elif op == ord(')'):
                 node = self.new_node(K_TUPLE, start, p)
@@ -589,28 +575,13 @@ cdef class _Tree:
 
     # -- writing the record again ---------------------------------------------------------
 
-    cdef int emit_memo(self, Out *out, char small, char large, int index) except -1:
-        cdef unsigned char buffer[5]
-        if index < 256:
-            buffer[0] = small
-            buffer[1] = <unsigned char>index
-            out_write(out, <char *>buffer, 2)
-        else:
-            buffer[0] = large
-            buffer[1] = index & 0xff
-            buffer[2] = (index >> 8) & 0xff
-            buffer[3] = (index >> 16) & 0xff
-            buffer[4] = (index >> 24) & 0xff
-            out_write(out, <char *>buffer, 5)
-        return 0
-
     cdef int emit_exact(self, Out *out, int slot, int depth) except -1:
         """The slot as the pickler wrote it; 0 if nesting is too deep to go on."""
         cdef int node_index = self.slots[slot].node
         cdef FNode *node = &self.nodes[node_index]
         cdef int child, batch, i
         if self.slots[slot].get >= 0:
-            return self.emit_memo(out, b'h', b'j', self.slots[slot].get)
+            return write_memo(out, 104, 106, self.slots[slot].get)  # BINGET / LONG_BINGET
         if depth > MAX_DEPTH:
             raise _TooDeep()
         if node.kind == K_TUPLE:
@@ -627,7 +598,7 @@ cdef class _Tree:
         else:
             out_write(out, <const char *>self.data + node.start, node.end - node.start)
         if node.memo >= 0:
-            self.emit_memo(out, b'q', b'r', node.memo)
+            write_memo(out, 113, 114, node.memo)  # BINPUT / LONG_BINPUT
         if node.kind == K_LIST or node.kind == K_DICT:
             child = node.first
             batch = node.first_batch
@@ -691,24 +662,13 @@ cdef class _Tree:
         cdef int child, i, count
         cdef int *pairs
         cdef Py_ssize_t size
-        cdef unsigned char head[5]
         if depth > MAX_DEPTH:
             raise _TooDeep()
         if node.kind == K_INT:
             write_int(out, node.ival)
         elif node.kind == K_BYTES:
             size = node.pend - node.pstart
-            if size < 256:
-                head[0] = 67  # SHORT_BINBYTES
-                head[1] = <unsigned char>size
-                out_write(out, <char *>head, 2)
-            else:
-                head[0] = 66  # BINBYTES
-                head[1] = size & 0xff
-                head[2] = (size >> 8) & 0xff
-                head[3] = (size >> 16) & 0xff
-                head[4] = (size >> 24) & 0xff
-                out_write(out, <char *>head, 5)
+            write_bytes_head(out, size)
             out_write(out, <const char *>self.data + node.pstart, size)
         elif node.kind == K_GLOBAL:
             self.emit_global(out, node, memo)
@@ -1020,6 +980,27 @@ cdef int plain_name(Out *out, const unsigned char *p, Py_ssize_t size, bint dots
     return 0
 
 
+cdef int utf8_sequence(const unsigned char *p, Py_ssize_t available) except -1:
+    """The length of the well-formed UTF-8 sequence of a non-ASCII character at p; no
+    overlong forms, no surrogates (the pickler writes them with 'surrogatepass'), nothing above
+    U+10FFFF. Anything else is not plain."""
+    cdef unsigned char c = p[0]
+    cdef int length, i
+    if c < 0xc2 or c >= 0xf5:
+        raise _NotPlain()
+    length = 2 if c < 0xe0 else (3 if c < 0xf0 else 4)
+    if length > available:
+        raise _NotPlain()
+    for i in range(1, length):
+        if (p[i] & 0xc0) != 0x80:
+            raise _NotPlain()
+    if (c == 0xe0 and p[1] < 0xa0) or (c == 0xf0 and p[1] < 0x90):
+        raise _NotPlain()  # overlong
+    if (c == 0xed and p[1] >= 0xa0) or (c == 0xf4 and p[1] >= 0x90):
+        raise _NotPlain()  # a surrogate, or beyond U+10FFFF
+    return length
+
+
 cdef int json_text(Out *out, const unsigned char *p, Py_ssize_t size) except -1:
     """A JSON string as json.dumps(ensure_ascii=False) writes it, from UTF-8 bytes.
 
@@ -1027,7 +1008,7 @@ cdef int json_text(Out *out, const unsigned char *p, Py_ssize_t size) except -1:
     (written by the pickler with 'surrogatepass'), malformed or overlong UTF-8.
     """
     cdef Py_ssize_t i = 0, run = 0
-    cdef unsigned char c, c1, c2, c3
+    cdef unsigned char c
     cdef char escape[6]
     out_reserve(out, size + 2)
     out_byte(out, b'"')
@@ -1037,37 +1018,7 @@ cdef int json_text(Out *out, const unsigned char *p, Py_ssize_t size) except -1:
             i += 1
             continue
         if c >= 0x80:
-            if c < 0xc2:
-                raise _NotPlain()
-            if c < 0xe0:
-                if i + 1 >= size or (p[i + 1] & 0xc0) != 0x80:
-                    raise _NotPlain()
-                i += 2
-            elif c < 0xf0:
-                if i + 2 >= size:
-                    raise _NotPlain()
-                c1 = p[i + 1]
-                c2 = p[i + 2]
-                if (c1 & 0xc0) != 0x80 or (c2 & 0xc0) != 0x80:
-                    raise _NotPlain()
-                if c == 0xe0 and c1 < 0xa0:
-                    raise _NotPlain()  # overlong
-                if c == 0xed and c1 >= 0xa0:
-                    raise _NotPlain()  # a surrogate
-                i += 3
-            elif c < 0xf5:
-                if i + 3 >= size:
-                    raise _NotPlain()
-                c1 = p[i + 1]
-                c2 = p[i + 2]
-                c3 = p[i + 3]
-                if (c1 & 0xc0) != 0x80 or (c2 & 0xc0) != 0x80 or (c3 & 0xc0) != 0x80:
-                    raise _NotPlain()
-                if (c == 0xf0 and c1 < 0x90) or (c == 0xf4 and c1 >= 0x90):
-                    raise _NotPlain()
-                i += 4
-            else:
-                raise _NotPlain()
+            i += utf8_sequence(p + i, size - i)
             continue
         # A character to escape: first the plain run before it.
         out_write(out, <const char *>p + run, i - run)
@@ -1176,42 +1127,16 @@ cdef class _Decoder:
         return 0
 
     cdef int put(self) except -1:
-        cdef int index = self.memo_size
-        cdef unsigned char buffer[5]
         self.memo_size += 1
-        if index < 256:
-            buffer[0] = 113  # BINPUT
-            buffer[1] = <unsigned char>index
-            out_write(&self.out, <char *>buffer, 2)
-        else:
-            buffer[0] = 114  # LONG_BINPUT
-            buffer[1] = index & 0xff
-            buffer[2] = (index >> 8) & 0xff
-            buffer[3] = (index >> 16) & 0xff
-            buffer[4] = (index >> 24) & 0xff
-            out_write(&self.out, <char *>buffer, 5)
-        return 0
+        return write_memo(&self.out, 113, 114, self.memo_size - 1)  # BINPUT / LONG_BINPUT
 
     cdef int write_global(self, const unsigned char *dotted, Py_ssize_t size) except -1:
         """GLOBAL module name, memoized by its dotted name as write_global does."""
         cdef int i
         cdef Py_ssize_t dot = -1, j
-        cdef unsigned char buffer[5]
         for i in range(self.nglobals):
             if self.global_size[i] == size and memcmp(self.names.data + self.global_start[i], dotted, size) == 0:
-                index = self.global_memo[i]
-                if index < 256:
-                    buffer[0] = 104  # BINGET
-                    buffer[1] = <unsigned char>index
-                    out_write(&self.out, <char *>buffer, 2)
-                else:
-                    buffer[0] = 106  # LONG_BINGET
-                    buffer[1] = index & 0xff
-                    buffer[2] = (index >> 8) & 0xff
-                    buffer[3] = (index >> 16) & 0xff
-                    buffer[4] = (index >> 24) & 0xff
-                    out_write(&self.out, <char *>buffer, 5)
-                return 0
+                return write_memo(&self.out, 104, 106, self.global_memo[i])  # BINGET / LONG_BINGET
         if self.nglobals == MAX_GLOBALS:
             raise _NotPlain()
         for j in range(size):
@@ -1289,32 +1214,26 @@ cdef class _Decoder:
     cdef unsigned int hex4(self) except? 0xffffffff:
         cdef unsigned int code = 0
         cdef int i
-        cdef unsigned char c
         if self.p + 4 > self.size:
             raise _NotPlain()
         for i in range(4):
-            c = self.text[self.p + i]
-            if 48 <= c <= 57:
-                code = code * 16 + (c - 48)
-            elif 97 <= c <= 102:
-                code = code * 16 + (c - 87)
-            elif 65 <= c <= 70:
-                code = code * 16 + (c - 55)
-            else:
-                raise _NotPlain()
+            code = code * 16 + hex_digit(self.text[self.p + i])
         self.p += 4
         return code
 
     cdef int write_str_from(self, Out *scratch) except -1:
         """'X' opcode of the text just read into scratch[0:]."""
-        cdef unsigned char head[5]
-        head[0] = 88
-        head[1] = scratch.size & 0xff
-        head[2] = (scratch.size >> 8) & 0xff
-        head[3] = (scratch.size >> 16) & 0xff
-        head[4] = (scratch.size >> 24) & 0xff
-        out_write(&self.out, <char *>head, 5)
+        write_head(&self.out, 88, scratch.size)  # BINUNICODE
         out_write(&self.out, scratch.data, scratch.size)
+        return 0
+
+    cdef int digits(self) except -1:
+        """One or more decimal digits at p."""
+        cdef Py_ssize_t start = self.p
+        while self.p < self.size and 48 <= self.text[self.p] <= 57:
+            self.p += 1
+        if self.p == start:
+            raise _NotPlain()
         return 0
 
     cdef int number(self) except -1:
@@ -1346,24 +1265,16 @@ cdef class _Decoder:
         else:
             for i in range(digits, self.p):
                 magnitude = magnitude * 10 + (self.text[i] - 48)
-        if self.p < self.size and self.text[self.p] == 46:
+        if self.p < self.size and self.text[self.p] == 46:  # a fraction
             is_float = True
             self.p += 1
-            digits = self.p
-            while self.p < self.size and 48 <= self.text[self.p] <= 57:
-                self.p += 1
-            if self.p == digits:
-                raise _NotPlain()
-        if self.p < self.size and (self.text[self.p] == 101 or self.text[self.p] == 69):
+            self.digits()
+        if self.p < self.size and (self.text[self.p] == 101 or self.text[self.p] == 69):  # exponent
             is_float = True
             self.p += 1
             if self.p < self.size and (self.text[self.p] == 43 or self.text[self.p] == 45):
                 self.p += 1
-            digits = self.p
-            while self.p < self.size and 48 <= self.text[self.p] <= 57:
-                self.p += 1
-            if self.p == digits:
-                raise _NotPlain()
+            self.digits()
         if not is_float:
             return write_int(&self.out, -<long long>magnitude if negative else <long long>magnitude)
         value = PyOS_string_to_double(<const char *>self.text + start, &end, NULL)
@@ -1411,27 +1322,37 @@ cdef class _Decoder:
             raise _NotPlain()
         return 0
 
+    cdef int more(self, unsigned char close) except -1:
+        """After an item: 1 at ',' (another follows), 0 at ``close`` (both consumed)."""
+        self.skip_ws()
+        if self.p < self.size:
+            if self.text[self.p] == 44:
+                self.p += 1
+                return 1
+            if self.text[self.p] == close:
+                self.p += 1
+                return 0
+        raise _NotPlain()
+
+    cdef bint closes(self, unsigned char close) except -1:
+        """At ``close`` (an empty array or object): consume it."""
+        self.skip_ws()
+        if self.p < self.size and self.text[self.p] == close:
+            self.p += 1
+            return True
+        return False
+
     cdef int items(self, int depth, unsigned char close) except -1:
         """Array items (after '['): MARK items ``close`` if any. Returns the count."""
         cdef int count = 0
-        self.skip_ws()
-        if self.p < self.size and self.text[self.p] == 93:
-            self.p += 1
+        if self.closes(93):
             return 0
         out_byte(&self.out, 40)  # MARK
         while True:
             self.value(depth + 1)
             count += 1
-            self.skip_ws()
-            if self.p >= self.size:
-                raise _NotPlain()
-            if self.text[self.p] == 44:
-                self.p += 1
-                continue
-            if self.text[self.p] == 93:
-                self.p += 1
+            if not self.more(93):
                 break
-            raise _NotPlain()
         if close:
             out_byte(&self.out, close)
         return count
@@ -1447,9 +1368,7 @@ cdef class _Decoder:
         cdef int *order = NULL
         cdef int *scratch = NULL
         try:
-            self.skip_ws()
-            if self.p < self.size and self.text[self.p] == 125:
-                self.p += 1
+            if self.closes(125):
                 out_byte(&self.out, 125)  # EMPTY_DICT
                 return 0
             # Keys decoded into self.keys one after the other; positions: (key end, value start).
@@ -1470,16 +1389,8 @@ cdef class _Decoder:
                 positions[2 * count + 1] = self.p
                 self.skip_value(depth + 1)
                 count += 1
-                self.skip_ws()
-                if self.p >= self.size:
-                    raise _NotPlain()
-                if self.text[self.p] == 44:
-                    self.p += 1
-                    continue
-                if self.text[self.p] == 125:
-                    self.p += 1
+                if not self.more(125):
                     break
-                raise _NotPlain()
             after = self.p
             if count == 1 and positions[0] > 0 and self.keys.data[0] == 64:
                 if positions[0] > 16:
@@ -1519,15 +1430,8 @@ cdef class _Decoder:
     cdef int member(self, int index, Py_ssize_t *positions, bytes keys, int depth) except -1:
         cdef Py_ssize_t start = positions[2 * index - 2] if index else 0
         cdef Py_ssize_t end = positions[2 * index]
-        cdef unsigned char head[5]
-        cdef Py_ssize_t size = end - start
-        head[0] = 88
-        head[1] = size & 0xff
-        head[2] = (size >> 8) & 0xff
-        head[3] = (size >> 16) & 0xff
-        head[4] = (size >> 24) & 0xff
-        out_write(&self.out, <char *>head, 5)
-        out_write(&self.out, PyBytes_AS_STRING(keys) + start, size)
+        write_head(&self.out, 88, end - start)  # BINUNICODE
+        out_write(&self.out, PyBytes_AS_STRING(keys) + start, end - start)
         self.p = positions[2 * index + 1]
         self.value(depth + 1)
         return 0
@@ -1651,9 +1555,7 @@ cdef class _Decoder:
         if size == 5 and memcmp(key, b"@dict", 5) == 0:
             self.expect(91)
             out_byte(&self.out, 125)  # EMPTY_DICT
-            self.skip_ws()
-            if self.p < self.size and self.text[self.p] == 93:
-                self.p += 1
+            if self.closes(93):
                 return 0
             out_byte(&self.out, 40)   # MARK
             while True:
@@ -1662,16 +1564,8 @@ cdef class _Decoder:
                 self.expect(44)
                 self.value(depth + 2)
                 self.expect(93)
-                self.skip_ws()
-                if self.p >= self.size:
-                    raise _NotPlain()
-                c = self.text[self.p]
-                self.p += 1
-                if c == 44:
-                    continue
-                if c == 93:
+                if not self.more(93):
                     break
-                raise _NotPlain()
             out_byte(&self.out, 117)  # SETITEMS
             return 0
         if size == 4 and memcmp(key, b"@int", 4) == 0:
@@ -1698,23 +1592,13 @@ cdef class _Decoder:
 
     cdef int items_unmarked(self, int depth) except -1:
         cdef int count = 0
-        self.skip_ws()
-        if self.p < self.size and self.text[self.p] == 93:
-            self.p += 1
+        if self.closes(93):
             return 0
         while True:
             self.value(depth + 1)
             count += 1
-            self.skip_ws()
-            if self.p >= self.size:
-                raise _NotPlain()
-            if self.text[self.p] == 44:
-                self.p += 1
-                continue
-            if self.text[self.p] == 93:
-                self.p += 1
+            if not self.more(93):
                 return count
-            raise _NotPlain()
 
     cdef int read_oid(self, unsigned char *oid) except -1:
         cdef int i
@@ -1751,7 +1635,6 @@ cdef class _Decoder:
         cdef Py_ssize_t start = self.p, end, n, i, size
         cdef unsigned int quad, v
         cdef int pad = 0, k
-        cdef unsigned char head[5]
         while self.p < self.size and self.text[self.p] != 34:
             self.p += 1
         if self.p >= self.size:
@@ -1766,17 +1649,7 @@ cdef class _Decoder:
             if self.text[end - 2] == 61:
                 pad = 2
         size = n // 4 * 3 - pad
-        if size < 256:
-            head[0] = 67
-            head[1] = <unsigned char>size
-            out_write(&self.out, <char *>head, 2)
-        else:
-            head[0] = 66
-            head[1] = size & 0xff
-            head[2] = (size >> 8) & 0xff
-            head[3] = (size >> 16) & 0xff
-            head[4] = (size >> 24) & 0xff
-            out_write(&self.out, <char *>head, 5)
+        write_bytes_head(&self.out, size)
         out_reserve(&self.out, size + 3)
         i = start
         while i < end:
