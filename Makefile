@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 UV_VERSION := 0.13.9
 
-.PHONY: install run test test-fast test-nightly lint lock bench bench-full bench-plone clean
+.PHONY: install run test test-fast test-nightly lint lock bench bench-full bench-plone bench-storage clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,12 @@ bench-full: $(STAMP)
 ## Plone with ZCatalog vs the connector, on FileStorage, RelStorage and JsonbStorage (docs/benchmarks/plone.md).
 bench-plone: $(STAMP)
 	$(BIN)/python benchmarks/plone_bench.py
+
+## The ZODB storage against RelStorage and FileStorage: objects/s, then client instructions per
+## object under valgrind (docs/benchmarks/storage.md, storage_instructions.md).
+bench-storage: $(STAMP)
+	$(BIN)/python benchmarks/storage_bench.py --objects 1000 --repeat 7 --concurrency 1,4
+	$(BIN)/python benchmarks/storage_instructions.py --objects 300
 
 clean:
 	rm -rf $(VENV) .pgdata .pytest_cache build
