@@ -932,23 +932,23 @@ cdef class _Tree:
             refs.append(key)
         return 0
 
-    cdef int emit_dotted(self, Out *out, FNode *node) except -1:
-        out_byte(out, b'"')
+    cdef int write_dotted(self, Out *out, FNode *node) except -1:
+        """"module.name" of a global (printable ASCII; no dot in the name)."""
         plain_name(out, self.data + node.pstart, node.pend - node.pstart, True)
         out_byte(out, b'.')
-        plain_name(out, self.data + node.nstart, node.nend - node.nstart, False)
+        return plain_name(out, self.data + node.nstart, node.nend - node.nstart, False)
+
+    cdef int emit_dotted(self, Out *out, FNode *node) except -1:
         out_byte(out, b'"')
-        return 0
+        self.write_dotted(out, node)
+        return out_byte(out, b'"')
 
     cdef str dotted(self, int slot):
-        cdef FNode *node = &self.nodes[self.slots[slot].node]
         cdef Out out
         out.data = NULL
         out.size = out.capacity = 0
         try:
-            plain_name(&out, self.data + node.pstart, node.pend - node.pstart, True)
-            out_byte(&out, b'.')
-            plain_name(&out, self.data + node.nstart, node.nend - node.nstart, False)
+            self.write_dotted(&out, &self.nodes[self.slots[slot].node])
             return PyUnicode_DecodeUTF8(out.data, out.size, "strict")
         finally:
             PyMem_Free(out.data)

@@ -395,16 +395,12 @@ def test_a_bigger_container_goes_the_fast_path():
     with db.transaction() as conn:
         conn.root()["c"] = container = PersistentMapping({i: Holder(i) for i in range(2000)})
         container[-1] = "x" * 100_000
-    data = _records_of(db)[container._p_oid]
+    data = latest_records(db.storage)[container._p_oid]
     scanned = jsonstate_fast.scan(data)
     assert scanned is not None and len(scanned[2]) == 2000
     assert jsonstate_fast.encode(data) == scanned
     assert _answers(jsonstate, data) == _answers(PURE, data)
     db.close()
-
-
-def _records_of(db):
-    return latest_records(db.storage)
 
 
 def test_nesting_beyond_the_fast_paths_depth_goes_to_the_reference():
