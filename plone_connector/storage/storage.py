@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 BLOB_CHUNK_SIZE = 1 << 20
 # Rows buffered in memory before they are streamed to the temporary table.
 STORE_BATCH_ROWS = 500
+# New objects of a history-free transaction are kept in memory and copied straight into
+# zodb_object_state at vote (one write per row instead of two), up to this many bytes of state in
+# a transaction; beyond it they take the temporary table like every other row.
+DIRECT_MAX_BYTES = 64 << 20
 # Oids are taken from the database's sequence in blocks, from this size doubling up to the next.
 OID_BLOCK_MIN = 32
 OID_BLOCK_MAX = 1024
@@ -753,6 +757,9 @@ class JsonbStorage(ConflictResolvingStorage):
         self._transaction = None
         self._restore_tid: int | None = None
         self._pending: dict[int, _PendingRow] = {}
+        # New objects to copy into zodb_object_state at vote, and the bytes of state they hold.
+        self._direct: dict[int, _PendingRow] = {}
+        self._direct_bytes = 0
         self._pickles: dict[int, bytes] = {}
         # What a load from the database will return for each row written, for the process cache.
         self._written: dict[int, bytes] = {}
@@ -859,8 +866,20 @@ class JsonbStorage(ConflictResolvingStorage):
             self._add_row(self._encode(oid, serial, data, None))
 
     def _add_row(self, row: _PendingRow) -> None:
-        self._deletes.discard(row.zoid)
-        self._pending[row.zoid] = row
+        zoid = row.zoid
+        self._deletes.discard(zoid)
+        if (
+            row.prev_tid == 0
+            and not self._hp
+            and self._restore_tid is None
+            and zoid not in self._flushed
+            and self._direct_bytes < DIRECT_MAX_BYTES
+        ):
+            self._direct[zoid] = row
+            self._direct_bytes += len(row.state_json) + len(row.exact or b"")
+        else:
+            self._direct.pop(zoid, None)
+            self._pending[zoid] = row
         # Kept for conflict resolution and, after commit, for loadSerial of what we wrote.
         self._pickles[row.zoid] = row.pickle
         self._written[row.zoid] = row.loaded
@@ -906,6 +925,13 @@ class JsonbStorage(ConflictResolvingStorage):
             copy.write("".join(map(_copy_line, rows)))
         self._flushed.update(row.zoid for row in rows)
         self._pending.clear()
+
+    def _move_to_temp(self, zoids: list[int]) -> None:
+        """Send these new objects' rows the temporary table's way after all."""
+        if zoids:
+            for zoid in zoids:
+                self._pending[zoid] = self._direct.pop(zoid)
+            self._flush()
 
     @_store_side
     def storeBlob(self, oid, oldserial, data, blobfilename, version, transaction):
@@ -991,7 +1017,7 @@ class JsonbStorage(ConflictResolvingStorage):
                 if blob_id is not None:
                     conn.execute("delete from zodb_blob_chunk where blob_id = %s", (blob_id,))
                 self._flushed.discard(zoid)
-            row = self._pending.pop(zoid, None)
+            row = self._pending.pop(zoid, None) or self._direct.pop(zoid, None)
             if row is not None and row.blob_id is not None:
                 self._begin_db_transaction().execute(
                     "delete from zodb_blob_chunk where blob_id = %s", (row.blob_id,)
@@ -1016,6 +1042,9 @@ class JsonbStorage(ConflictResolvingStorage):
                 return self._vote()
             except psycopg.errors.DeadlockDetected as error:
                 raise ZODB.POSException.ConflictError(f"deadlock while locking objects: {error}") from error
+            except psycopg.errors.UniqueViolation as error:
+                # A new object's oid was created by a transaction that committed meanwhile.
+                raise ZODB.POSException.ConflictError(f"object created twice: {error}") from error
             except psycopg.errors.LockNotAvailable as error:
                 raise CommitLockTimeout(
                     f"locks not granted within {self._shared.commit_lock_timeout:g} s: {error}"
@@ -1028,15 +1057,15 @@ class JsonbStorage(ConflictResolvingStorage):
         self._flush()
         conn = self._begin_db_transaction()
         restoring = self._restore_tid is not None
-        written = sorted(self._flushed)
+        written = sorted(self._flushed.union(self._direct))
         if self._read_current and not restoring:
             rows = conn.execute(
                 "select zoid, tid from zodb_object_state where zoid = any(%s) order by zoid for share",
-                (sorted(set(self._read_current) - self._flushed),),
+                (sorted(set(self._read_current).difference(written)),),
             ).fetchall()
             current = dict(rows)
             for zoid, expected in self._read_current.items():
-                if zoid in self._flushed:
+                if zoid in self._flushed or zoid in self._direct:
                     continue
                 if current.get(zoid) != expected:
                     raise ZODB.POSException.ReadConflictError(
@@ -1047,6 +1076,10 @@ class JsonbStorage(ConflictResolvingStorage):
             " order by zoid for update",
             (_int_array(written + sorted(self._deletes)),),  # a third of adapting the list
         ).fetchall()
+        if self._direct:
+            # A "new" object that exists (its oid was handed out twice, or stored with a made-up
+            # one): the temporary table's path, whose conflict handling covers it.
+            self._move_to_temp([zoid for zoid, _tid, _blob in locked if zoid in self._direct])
         old_blobs = {zoid: blob_id for zoid, _tid, blob_id in locked if blob_id is not None}
         if not restoring:
             self._detect_conflicts(conn, {zoid: tid for zoid, tid, _ in locked})
@@ -1069,10 +1102,11 @@ class JsonbStorage(ConflictResolvingStorage):
         if gc_tid and gc_tid > (self._first_tid or 0) and not restoring:
             # A pack ran since this instance started: its cache (or the application) may hold
             # objects the pack removed. New references must not point at them.
+            self._move_to_temp(list(self._direct))
             self._check_refs_survived_pack(conn)
         if self._hp:
             self._write_history(conn, tid, written)
-        if written:
+        if self._flushed:
             conn.execute(
                 """insert into zodb_object_state (zoid, tid, class_name, state, refs, exact, blob_id)
                    select zoid, %s, class_name, state, refs, exact, blob_id from zodb_temp_store
@@ -1082,6 +1116,11 @@ class JsonbStorage(ConflictResolvingStorage):
                        blob_id = coalesce(excluded.blob_id, zodb_object_state.blob_id)""",
                 (tid,),
             )
+        if self._direct:
+            with conn.cursor() as cur, cur.copy(
+                "copy zodb_object_state (zoid, tid, class_name, state, refs, exact, blob_id) from stdin"
+            ) as copy:
+                copy.write("".join([_state_line(row, tid) for row in self._direct.values()]))
         if self._deletes:
             conn.execute("delete from zodb_object_state where zoid = any(%s)", (sorted(self._deletes),))
             if not self._hp:
@@ -1523,17 +1562,28 @@ class JsonbStorage(ConflictResolvingStorage):
 
 
 def _copy_line(row: _PendingRow) -> str:
-    """The row as a line of COPY's text format (a fifth of psycopg's write_row per row).
+    """The row as a line of COPY's text format for the temporary table (a fifth of psycopg's
+    write_row per row)."""
+    data_tid = _NULL if row.data_tid is None else row.data_tid
+    return f"{row.zoid}\t{row.prev_tid}\t{_copy_fields(row)}\t{data_tid}\n"
+
+
+def _state_line(row: _PendingRow, tid: int) -> str:
+    """The row as a line of COPY's text format for zodb_object_state, written at ``tid``."""
+    return f"{row.zoid}\t{tid}\t{_copy_fields(row)}\n"
+
+
+def _copy_fields(row: _PendingRow) -> str:
+    """class_name, state, refs, exact and blob_id in COPY's text format.
 
     Text fields escape what COPY reads specially (backslash, tab, newline, carriage return);
     NULL is ``\\N``; bytea goes in its hex form, whose backslash is escaped too.
     """
     exact = _NULL if row.exact is None else "\\\\x" + row.exact.hex()
     blob_id = _NULL if row.blob_id is None else row.blob_id
-    data_tid = _NULL if row.data_tid is None else row.data_tid
     return (
-        f"{row.zoid}\t{row.prev_tid}\t{_copy_escape(row.class_name)}\t{_copy_escape(row.state_json)}\t"
-        f"{_int_array(row.refs)}\t{exact}\t{blob_id}\t{data_tid}\n"
+        f"{_copy_escape(row.class_name)}\t{_copy_escape(row.state_json)}\t"
+        f"{_int_array(row.refs)}\t{exact}\t{blob_id}"
     )
 
 

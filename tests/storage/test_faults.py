@@ -19,7 +19,7 @@ from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import POSKeyError
 from ZODB.tests.MinPO import MinPO
-from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.tests.StorageTestBase import zodb_pickle, zodb_unpickle
 from ZODB.utils import p64, u64
 
 from plone_connector.storage import JsonbStorage
@@ -57,9 +57,22 @@ def _begin_store(storage, count=3):
     return t, oids
 
 
+def _committed(storage, count):
+    """``count`` objects committed with MinPO(1); their oids and the tid."""
+    t, oids = _begin_store(storage, count)
+    storage.tpc_vote(t)
+    return oids, storage.tpc_finish(t)
+
+
 @pytest.mark.parametrize("when", ["before_vote", "after_vote"])
 def test_connection_dropped_mid_transaction(storage, when):
-    t, oids = _begin_store(storage, count=600)  # more than one batch: the temp table is in use
+    oids, tid = _committed(storage, 600)
+    # Changes of existing objects go through the temporary table in batches: more than one batch
+    # puts part of the transaction on the server before the vote.
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    for oid in oids:
+        storage.store(oid, tid, zodb_pickle(MinPO(2)), "", t)
     if when == "after_vote":
         storage.tpc_vote(t)  # holds the commit lock now
     terminate(storage._shared.dsn, storage._store_conn.info.backend_pid)
@@ -69,15 +82,38 @@ def test_connection_dropped_mid_transaction(storage, when):
         else:
             storage.tpc_finish(t)
     storage.tpc_abort(t)
-    assert _objects(storage) == 0
-    for oid in oids[:2]:
-        with pytest.raises(POSKeyError):
-            storage.load(oid)
+    storage._shared.cache.clear()
+    assert _objects(storage) == 600
+    for oid in oids[:2] + oids[-2:]:
+        data, serial = storage.load(oid)
+        assert (zodb_unpickle(data).value, serial) == (1, tid)
     # The retry reconnects and commits; the dead session's commit lock is gone.
-    t, oids = _begin_store(storage)
+    t, _ = _begin_store(storage)
     storage.tpc_vote(t)
     storage.tpc_finish(t)
-    assert _objects(storage) == 3
+    assert _objects(storage) == 603
+
+
+@pytest.mark.parametrize("when", ["before_vote", "after_vote"])
+def test_connection_dropped_while_creating(storage, when):
+    """New objects stay in memory until the vote copies them into the table: a connection lost
+    before the vote loses nothing (the vote reconnects), one lost after it a clean error."""
+    t, oids = _begin_store(storage, count=600)
+    if when == "after_vote":
+        storage.tpc_vote(t)
+    terminate(storage._shared.dsn, storage._store_conn.info.backend_pid)
+    if when == "before_vote":
+        storage.tpc_vote(t)
+        storage.tpc_finish(t)
+        assert _objects(storage) == 600
+        assert zodb_unpickle(storage.load(oids[-1])[0]).value == 1
+        return
+    with pytest.raises(DisconnectedError):
+        storage.tpc_finish(t)
+    storage.tpc_abort(t)
+    assert _objects(storage) == 0
+    with pytest.raises(POSKeyError):
+        storage.load(oids[0])
 
 
 def test_load_connection_dropped(storage):
@@ -113,7 +149,7 @@ WRITER = textwrap.dedent(
     import sys, time
     from ZODB.Connection import TransactionMetaData
     from ZODB.tests.MinPO import MinPO
-    from ZODB.tests.StorageTestBase import zodb_pickle
+    from ZODB.tests.StorageTestBase import zodb_pickle, zodb_unpickle
     from plone_connector.storage import JsonbStorage
 
     storage = JsonbStorage(sys.argv[1])

@@ -1,0 +1,200 @@
+"""New objects of a history-free transaction go straight into zodb_object_state at vote.
+
+Changed objects are copied into the temporary table in batches while the transaction stores them
+and moved from there under the commit lock. New objects cannot conflict with anything, so they wait
+in memory and are copied once, at vote, with the transaction's tid (storage.py, DIRECT_MAX_BYTES).
+These tests pin what the two paths must share: what is committed, conflicts, pack's reference
+check, and the fallback to the temporary table.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import ConflictError, ReadConflictError
+from ZODB.serialize import referencesf
+from ZODB.tests.MinPO import MinPO
+from ZODB.tests.StorageTestBase import zodb_pickle, zodb_unpickle
+from ZODB.utils import p64, z64
+
+from plone_connector.storage import JsonbStorage
+from plone_connector.storage import storage as storage_module
+
+
+@pytest.fixture
+def storage(storage_dsn):
+    storage = JsonbStorage(storage_dsn)
+    storage.cleanup()
+    yield storage
+    storage.close()
+
+
+def _store_all(storage, t, items):
+    for oid, serial, value in items:
+        storage.store(oid, serial, zodb_pickle(MinPO(value)), "", t)
+
+
+def _commit(storage, items):
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    _store_all(storage, t, items)
+    storage.tpc_vote(t)
+    return storage.tpc_finish(t)
+
+
+def _rows(dsn):
+    """zoid: (tid, MinPO's value) of every row, read with SQL."""
+    with psycopg.connect(dsn) as conn:
+        return {
+            zoid: (tid, value)
+            for zoid, tid, value in conn.execute(
+                "select zoid, tid, (state #> '{@record,state,value}')::int from zodb_object_state"
+            )
+        }
+
+
+def test_new_and_changed_objects_in_one_transaction_commit_alike(storage, storage_dsn):
+    old = [storage.new_oid() for _ in range(3)]
+    first = _commit(storage, [(oid, z64, 1) for oid in old])
+    new = [storage.new_oid() for _ in range(4)]
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    _store_all(storage, t, [(oid, first, 2) for oid in old] + [(oid, z64, 3) for oid in new])
+    # Changes wait for the temporary table, creations for the vote.
+    assert sorted(storage._pending) == sorted(int.from_bytes(oid, "big") for oid in old)
+    assert sorted(storage._direct) == sorted(int.from_bytes(oid, "big") for oid in new)
+    storage.tpc_vote(t)
+    second = storage.tpc_finish(t)
+    rows = _rows(storage_dsn)
+    for oids, value in ((old, 2), (new, 3)):
+        for oid in oids:
+            tid, stored = rows[int.from_bytes(oid, "big")]
+            assert (p64(tid), stored) == (second, value)
+    other = JsonbStorage(storage_dsn)
+    try:
+        for oids, value in ((old, 2), (new, 3)):
+            for oid in oids:
+                data, serial = other.load(oid)
+                assert (zodb_unpickle(data).value, serial) == (value, second)
+    finally:
+        other.close()
+
+
+def test_a_transaction_that_only_creates_leaves_the_temporary_table_alone(storage):
+    oids = [storage.new_oid() for _ in range(600)]  # more than a batch of the temporary table
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    _store_all(storage, t, [(oid, z64, 1) for oid in oids])
+    storage.tpc_vote(t)
+    conn = storage._store_conn
+    assert conn.execute("select count(*) from zodb_temp_store").fetchone()[0] == 0
+    assert conn.execute("select count(*) from zodb_object_state").fetchone()[0] == 600
+    storage.tpc_finish(t)
+
+
+def test_creations_beyond_the_memory_limit_take_the_temporary_table(storage, storage_dsn, monkeypatch):
+    monkeypatch.setattr(storage_module, "DIRECT_MAX_BYTES", 200)
+    oids = [storage.new_oid() for _ in range(20)]
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    _store_all(storage, t, [(oid, z64, n) for n, oid in enumerate(oids)])
+    direct, pending = len(storage._direct), len(storage._pending)
+    assert direct and pending and direct + pending == 20
+    assert storage._direct_bytes >= 200
+    storage.tpc_vote(t)
+    tid = storage.tpc_finish(t)
+    rows = _rows(storage_dsn)
+    assert [rows[int.from_bytes(oid, "big")] for oid in oids] == [
+        (int.from_bytes(tid, "big"), n) for n in range(20)
+    ]
+
+
+def test_a_new_object_whose_oid_exists_is_a_conflict_not_an_overwrite(storage, storage_dsn):
+    oid = storage.new_oid()
+    tid = _commit(storage, [(oid, z64, 1)])
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    _store_all(storage, t, [(oid, z64, 2)])  # "new" (serial zero), but it exists
+    assert int.from_bytes(oid, "big") in storage._direct
+    with pytest.raises(ConflictError):
+        storage.tpc_vote(t)
+    storage.tpc_abort(t)
+    assert _rows(storage_dsn)[int.from_bytes(oid, "big")] == (int.from_bytes(tid, "big"), 1)
+
+
+def test_two_processes_creating_one_oid_at_once_give_one_conflict(storage, storage_dsn):
+    other = JsonbStorage(storage_dsn)
+    oid = p64(10**12)  # made up by both, as an import with fixed oids might
+    try:
+        t1, t2 = TransactionMetaData(), TransactionMetaData()
+        storage.tpc_begin(t1)
+        _store_all(storage, t1, [(oid, z64, 1)])
+        other.tpc_begin(t2)
+        _store_all(other, t2, [(oid, z64, 2)])
+        storage.tpc_vote(t1)  # holds the commit lock until it finishes
+        outcome = []
+
+        def vote():
+            try:
+                other.tpc_vote(t2)
+                outcome.append("voted")
+            except ConflictError as error:
+                outcome.append(error)
+            finally:
+                other.tpc_abort(t2)
+
+        thread = threading.Thread(target=vote)
+        thread.start()
+        time.sleep(0.3)  # the second vote is waiting for the commit lock
+        assert not outcome
+        storage.tpc_finish(t1)
+        thread.join(30)
+        assert isinstance(outcome[0], ConflictError) and "created twice" in str(outcome[0])
+        assert _rows(storage_dsn)[10**12][1] == 1
+    finally:
+        other.close()
+
+
+def test_new_objects_after_a_pack_are_checked_against_what_it_removed(storage_dsn):
+    """A process that started before a pack checks the references its commits add; new objects
+    take part in that check like changed ones (their rows move to the temporary table for it)."""
+    storage = JsonbStorage(storage_dsn)
+    storage.cleanup()
+    db1 = ZODB.DB(storage)
+    db2 = ZODB.DB(JsonbStorage(storage_dsn))
+    try:
+        tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+        c1 = db1.open(tm1)
+        c1.root()["one"] = PersistentMapping(x=PersistentMapping(n=1))
+        c1.root()["two"] = PersistentMapping()
+        tm1.commit()
+        c2 = db2.open(tm2)
+        held = c2.root()["one"]["x"]
+        assert held["n"] == 1
+        del c1.root()["one"]["x"]
+        tm1.commit()
+        storage.pack(time.time(), referencesf)
+        tm2.begin()
+        # New objects referring to each other and to live objects: committed.
+        c2.root()["two"]["fresh"] = PersistentMapping(child=PersistentMapping(n=2), one=c2.root()["one"])
+        tm2.commit()
+        # A new object referring to the removed one: refused, nothing written.
+        c2.root()["two"]["wrapper"] = PersistentMapping(ref=held)
+        with pytest.raises(ReadConflictError, match="removed by pack"):
+            tm2.commit()
+        tm2.abort()
+        tm1.begin()
+        assert c1.root()["two"]["fresh"]["child"]["n"] == 2
+        assert "wrapper" not in c1.root()["two"]
+        c1.close()
+        c2.close()
+    finally:
+        db1.close()
+        db2.close()
