@@ -55,8 +55,8 @@ from plone_connector.storage.schema import check_state_format, migrate
 log = logging.getLogger(__name__)
 
 BLOB_CHUNK_SIZE = 1 << 20
-# Rows buffered in memory before they are streamed to the temporary table.
-STORE_BATCH_ROWS = 500
+# Rows buffered in memory before they are written to the COPY streaming into the temporary table.
+STORE_BATCH_ROWS = 100
 # New objects of a history-free transaction are kept in memory and copied straight into
 # zodb_object_state at vote (one write per row instead of two), up to this many bytes of state in
 # a transaction; beyond it they take the temporary table like every other row.
@@ -274,6 +274,8 @@ class JsonbStorage(ConflictResolvingStorage):
         self._commit_lock = threading.Lock()
         self._load_conn: psycopg.Connection | None = None
         self._store_conn: psycopg.Connection | None = None
+        # (cursor, copy context, Copy) of the COPY into the temporary table while it is open.
+        self._copy = None
         self._snapshot_tid: int | None = None
         self._polled_tid: int | None = None
         self._first_tid: int | None = None
@@ -346,6 +348,7 @@ class JsonbStorage(ConflictResolvingStorage):
     def _drop_store_conn(self) -> None:
         conn, self._store_conn = self._store_conn, None
         self._in_db_transaction = False
+        self._copy = None
         if conn is not None:
             conn.close()
 
@@ -363,9 +366,7 @@ class JsonbStorage(ConflictResolvingStorage):
     def release(self) -> None:
         with self._lock:
             self._drop_load_conn()
-            if self._store_conn is not None:
-                self._store_conn.close()
-                self._store_conn = None
+            self._drop_store_conn()
 
     def sync(self, force: bool = True) -> None:
         # Always renew, even when not forced: a snapshot kept on the word of the listener would
@@ -745,7 +746,7 @@ class JsonbStorage(ConflictResolvingStorage):
                 self._oid_block = min(size * 2, OID_BLOCK_MAX)
                 query = f"select array_agg(nextval('zodb_oid_seq')) from generate_series(1, {int(size)})"
                 if self._in_db_transaction:
-                    (oids,) = self._store_conn.execute(query).fetchone()
+                    (oids,) = self._begin_db_transaction().execute(query).fetchone()
                 else:
                     (oids,) = self._outside_transaction(query).fetchone()
                 self._oid_pool = sorted(oids, reverse=True)
@@ -817,10 +818,41 @@ class JsonbStorage(ConflictResolvingStorage):
             raise ZODB.POSException.StorageTransactionError(self, transaction)
 
     def _begin_db_transaction(self) -> psycopg.Connection:
+        """The store connection, inside this transaction's database transaction and free for a
+        statement: a COPY still open into the temporary table is ended first (while it is
+        open, psycopg holds the connection's lock; any other statement would wait forever)."""
         if not self._in_db_transaction:
             self._outside_transaction("begin")
             self._in_db_transaction = True
+        elif self._copy is not None:
+            self._end_copy()
         return self._store_conn
+
+    def _copy_rows(self, lines: str) -> None:
+        """Write rows to the temporary table through a COPY kept open between stores: the server
+        parses them while this process pickles and encodes the next ones."""
+        if self._copy is None:
+            conn = self._begin_db_transaction()
+            cursor = conn.cursor()
+            block = cursor.copy(
+                "copy zodb_temp_store (zoid, prev_tid, class_name, state, refs, exact, blob_id, data_tid)"
+                " from stdin"
+            )
+            self._copy = (cursor, block, block.__enter__())
+        self._copy[2].write(lines)
+
+    def _end_copy(self, error: BaseException | None = None) -> None:
+        """End the open COPY: it waits for the server to have stored every row, or with
+        ``error`` makes the server abandon it (the transaction is then rolled back)."""
+        cursor, block, _ = self._copy
+        self._copy = None
+        try:
+            if error is None:
+                block.__exit__(None, None, None)
+            else:
+                block.__exit__(type(error), error, None)
+        finally:
+            cursor.close()
 
     def _outside_transaction(self, query: str):
         """Run ``query`` on the store connection while no database transaction is open there:
@@ -913,25 +945,24 @@ class JsonbStorage(ConflictResolvingStorage):
     def _flush(self) -> None:
         if not self._pending:
             return
-        conn = self._begin_db_transaction()
         rows = list(self._pending.values())
         again = [row.zoid for row in rows if row.zoid in self._flushed]
         if again:
-            conn.execute("delete from zodb_temp_store where zoid = any(%s)", (again,))
-        with conn.cursor() as cur, cur.copy(
-            "copy zodb_temp_store (zoid, prev_tid, class_name, state, refs, exact, blob_id, data_tid)"
-            " from stdin"
-        ) as copy:
-            copy.write("".join(map(_copy_line, rows)))
+            self._begin_db_transaction().execute(
+                "delete from zodb_temp_store where zoid = any(%s)", (again,)
+            )
+        self._copy_rows("".join(map(_copy_line, rows)))
         self._flushed.update(row.zoid for row in rows)
         self._pending.clear()
 
     def _move_to_temp(self, zoids: list[int]) -> None:
-        """Send these new objects' rows the temporary table's way after all."""
+        """Send these new objects' rows the temporary table's way after all (at vote: the COPY
+        is ended here, as the vote's statements that follow need the connection)."""
         if zoids:
             for zoid in zoids:
                 self._pending[zoid] = self._direct.pop(zoid)
             self._flush()
+            self._begin_db_transaction()
 
     @_store_side
     def storeBlob(self, oid, oldserial, data, blobfilename, version, transaction):
@@ -1339,6 +1370,8 @@ class JsonbStorage(ConflictResolvingStorage):
             try:
                 if self._in_db_transaction and self._store_conn is not None:
                     try:
+                        if self._copy is not None:
+                            self._end_copy(ZODB.POSException.StorageError("transaction aborted"))
                         self._store_conn.execute("rollback")
                     except psycopg.Error:
                         self._store_conn.close()

@@ -1,10 +1,11 @@
-"""New objects of a history-free transaction go straight into zodb_object_state at vote.
+"""The two ways a history-free transaction's rows reach zodb_object_state.
 
-Changed objects are copied into the temporary table in batches while the transaction stores them
-and moved from there under the commit lock. New objects cannot conflict with anything, so they wait
-in memory and are copied once, at vote, with the transaction's tid (storage.py, DIRECT_MAX_BYTES).
-These tests pin what the two paths must share: what is committed, conflicts, pack's reference
-check, and the fallback to the temporary table.
+Changed objects stream into the temporary table through a COPY that stays open while the
+transaction stores (the server parses rows while the client pickles the next ones) and are moved
+from there under the commit lock. New objects cannot conflict with anything, so they wait in memory
+and are copied once, at vote, with the transaction's tid (storage.py, DIRECT_MAX_BYTES). These
+tests pin what the paths must share: what is committed, conflicts, aborts, statements between
+stores, pack's reference check, and the fallback to the temporary table.
 """
 
 from __future__ import annotations
@@ -198,3 +199,55 @@ def test_new_objects_after_a_pack_are_checked_against_what_it_removed(storage_ds
     finally:
         db1.close()
         db2.close()
+
+
+def _changes(storage, count):
+    """``count`` committed objects, then a transaction storing a change of each (not voted)."""
+    oids = [storage.new_oid() for _ in range(count)]
+    tid = _commit(storage, [(oid, z64, 1) for oid in oids])
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    _store_all(storage, t, [(oid, tid, 2) for oid in oids])
+    return t, oids, tid
+
+
+def test_changes_stream_through_an_open_copy_and_an_abort_discards_them(storage, storage_dsn):
+    t, oids, tid = _changes(storage, 3 * storage_module.STORE_BATCH_ROWS)
+    assert storage._copy is not None  # still open between stores
+    storage.tpc_abort(t)
+    assert storage._copy is None
+    assert set(_rows(storage_dsn).values()) == {(int.from_bytes(tid, "big"), 1)}
+    # The connection is usable again: the next transaction commits its changes.
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    _store_all(storage, t, [(oid, tid, 3) for oid in oids])
+    storage.tpc_vote(t)
+    second = storage.tpc_finish(t)
+    assert set(_rows(storage_dsn).values()) == {(int.from_bytes(second, "big"), 3)}
+
+
+def test_statements_between_stores_end_the_copy_and_the_stream_goes_on(storage, storage_dsn, tmp_path):
+    """New oids, a blob upload and a second store of a streamed object each need the
+    connection while the COPY is open."""
+    t, oids, tid = _changes(storage, 2 * storage_module.STORE_BATCH_ROWS)
+    assert storage._copy is not None
+    storage._oid_pool.clear()  # the next new_oid asks the database
+    fresh = storage.new_oid()
+    assert storage._copy is None
+    _store_all(storage, t, [(oid, tid, 4) for oid in oids])  # each stored again
+    assert storage._copy is not None
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"blob data")
+    storage.storeBlob(fresh, z64, zodb_pickle(MinPO(6)), str(blob), "", t)
+    assert storage._copy is None
+    _store_all(storage, t, [(oid, tid, 5) for oid in oids[1:]])  # and again
+    assert storage._copy is not None
+    storage.tpc_vote(t)
+    second = storage.tpc_finish(t)
+    rows = _rows(storage_dsn)
+    assert [rows[int.from_bytes(oid, "big")] for oid in oids] == [(int.from_bytes(second, "big"), 4)] + [
+        (int.from_bytes(second, "big"), 5)
+    ] * (len(oids) - 1)
+    assert rows[int.from_bytes(fresh, "big")] == (int.from_bytes(second, "big"), 6)
+    with open(storage.loadBlob(fresh, second), "rb") as stored:
+        assert stored.read() == b"blob data"
