@@ -12,7 +12,10 @@ a thread for FileStorage, which one process must own) times, in objects per seco
              RelStorage's local cache and JsonbStorage's process cache, storage/cache.py).
 
 The per-worker rates are summed (the throughput of all workers together) and the best of
-``--repeat`` runs is kept. Pack time: 20k objects, half unreachable, garbage-collected.
+``--repeat`` runs is kept. At concurrency 1 the add and update also count CPU time per object:
+the worker's own (client) and that of every PostgreSQL process on this machine (server), read
+from /proc around each commit. CPU time moves far less than wall time on a shared machine, and
+it shows which side a difference is on. Pack time: 20k objects, half unreachable, garbage-collected.
 RelStorage runs history-free on the same PostgreSQL server (its own database). Without
 DATABASE_URL the embedded PostgreSQL of the tests is used. Writes docs/benchmarks/storage.md
 and docs/benchmarks/storage.png.
@@ -85,22 +88,49 @@ def make_containers(kind: str, target: str, count: int) -> list[bytes]:
     return oids
 
 
-def run_worker(db, n: int, oid: bytes) -> dict[str, float]:
-    """Add, then update, n objects in the worker's own container."""
+def server_cpu() -> float | None:
+    """CPU seconds used so far by every PostgreSQL process of this machine (None without /proc):
+    the first field of /proc/<pid>/schedstat, nanoseconds on a CPU."""
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return None
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm", "rb") as comm:
+                if comm.read().strip() != b"postgres":
+                    continue
+            with open(f"/proc/{pid}/schedstat", "rb") as stat:
+                total += int(stat.read().split()[0])
+        except (OSError, ValueError, IndexError):  # ended meanwhile, or not readable
+            continue
+    return total / 1e9
+
+
+def run_worker(db, n: int, oid: bytes, cpu: dict[str, float] | None = None) -> dict[str, float]:
+    """Add, then update, n objects in the worker's own container. With ``cpu``, the client's
+    and the PostgreSQL server's CPU seconds of each are put there too."""
     tm = transaction.TransactionManager()
     conn = db.open(tm)
     container = conn.get(oid)
     times = {}
-    start = time.perf_counter()
-    for i in range(n):
-        container[i] = _document(i)
-    tm.commit()
-    times["add"] = time.perf_counter() - start
-    start = time.perf_counter()
-    for i in range(n):
-        container[i]["count"] += 1
-    tm.commit()
-    times["update"] = time.perf_counter() - start
+
+    def timed(operation, change):
+        server = server_cpu() if cpu is not None else None
+        client = time.process_time()
+        start = time.perf_counter()
+        for i in range(n):
+            change(i)
+        tm.commit()
+        times[operation] = time.perf_counter() - start
+        if cpu is not None:
+            cpu[f"{operation} client"] = time.process_time() - client
+            if server is not None:
+                cpu[f"{operation} server"] = server_cpu() - server
+
+    timed("add", lambda i: container.__setitem__(i, _document(i)))
+    timed("update", lambda i: container[i].__setitem__("count", container[i]["count"] + 1))
     conn.close()
     return times
 
@@ -132,13 +162,14 @@ def _process_worker(kind, target, n, oid, barrier, results):
     try:
         db = ZODB.DB(open_storage(kind, target))
         barrier.wait()
-        times = run_worker(db, n, oid)
+        cpu = {}
+        times = run_worker(db, n, oid, cpu if barrier.parties == 1 else None)
         db.close()
         # Cold: a new storage (as a new process would have) with empty caches.
         db = ZODB.DB(open_storage(kind, target))
         times["cold read"], times["warm read"] = read_pass(db, oid, n)
         db.close()
-        results.put(times)
+        results.put({**times, **{f"cpu {key}": value for key, value in cpu.items()}})
     except BaseException as error:
         results.put(repr(error))
         raise
@@ -182,7 +213,10 @@ def run_concurrent(kind: str, target: str, n: int, concurrency: int) -> dict[str
         failures = [r for r in results if isinstance(r, str)]
         if failures:
             raise RuntimeError(f"{kind} worker failed: {failures[0]}")
-    return {op: sum(n / r[op] for r in results) for op in OPERATIONS}
+    rates = {op: sum(n / r[op] for r in results) for op in OPERATIONS}
+    if len(results) == 1:  # CPU microseconds per object
+        rates.update({key: value / n * 1e6 for key, value in results[0].items() if key.startswith("cpu ")})
+    return rates
 
 
 def pack_time(kind: str, target: str, n: int = 20000) -> float:
@@ -234,20 +268,25 @@ def main() -> None:
     # Round-robin: each repeat runs every storage at every level, so that a slow stretch of a
     # shared machine hits all of them instead of the one that happened to run then.
     rows = {(kind, level): {op: 0.0 for op in OPERATIONS} for kind in targets for level in levels}
+    cpu: dict[str, dict[str, float]] = {kind: {} for kind in targets if kind != "FileStorage"}
     for repeat in range(args.repeat):
         for kind, target in targets.items():
             for level in levels:
                 rates = run_concurrent(kind, target, args.objects, level)
                 rows[(kind, level)] = {op: max(rows[(kind, level)][op], rates[op]) for op in OPERATIONS}
+                if kind in cpu:  # the least of the repeats, each measure on its own
+                    for key, value in rates.items():
+                        if key.startswith("cpu "):
+                            cpu[kind][key[4:]] = min(cpu[kind].get(key[4:], value), value)
         print(f"after repeat {repeat + 1}:", flush=True)
         for (kind, level), best in rows.items():
             print(" ", kind, level, {op: round(v) for op, v in best.items()}, flush=True)
     packs = {kind: pack_time(kind, target) for kind, target in targets.items()}
     print("pack seconds", {k: round(v, 3) for k, v in packs.items()})
-    write_report(Path(args.output), rows, packs, levels, args)
+    write_report(Path(args.output), rows, packs, levels, args, cpu)
 
 
-def write_report(path: Path, rows, packs, levels, args) -> None:
+def write_report(path: Path, rows, packs, levels, args, cpu) -> None:
     import platform
 
     import psycopg
@@ -273,6 +312,23 @@ def write_report(path: Path, rows, packs, levels, args) -> None:
     ]
     for (kind, level), rates in rows.items():
         lines.append(f"| {kind} | {level} | " + " | ".join(f"{rates[op]:,.0f}" for op in OPERATIONS) + " |")
+    if 1 in levels and all(cpu.values()):
+        lines += [
+            "",
+            "CPU microseconds per object at concurrency 1, the least of the repeats: the worker"
+            " process (client) and every PostgreSQL process of the machine (server; includes"
+            " background work such as WAL writing), read from /proc/<pid>/schedstat around each commit.",
+            "",
+            "| storage | add client | add server | add total | update client | update server | update total |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for kind, measured in cpu.items():
+            cells = []
+            for op in ("add", "update"):
+                client, server = measured.get(f"{op} client"), measured.get(f"{op} server")
+                total = client + server if client is not None and server is not None else None
+                cells += [f"{value:.1f}" if value is not None else "" for value in (client, server, total)]
+            lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     lines += ["", "Pack (garbage collection of 10,000 unreachable objects among 20,000), seconds:", ""]
     lines += ["| storage | pack s |", "|---|---:|"]
     lines += [f"| {kind} | {seconds:.3f} |" for kind, seconds in packs.items()]

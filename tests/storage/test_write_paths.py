@@ -251,3 +251,66 @@ def test_statements_between_stores_end_the_copy_and_the_stream_goes_on(storage, 
     assert rows[int.from_bytes(fresh, "big")] == (int.from_bytes(second, "big"), 6)
     with open(storage.loadBlob(fresh, second), "rb") as stored:
         assert stored.read() == b"blob data"
+
+
+def test_the_vote_locks_every_row_it_writes_and_returns_only_conflicts(storage, storage_dsn):
+    """The vote's lock query returns nothing for a commit without conflicts or blobs, yet every
+    row the transaction writes or deletes stays locked until it ends."""
+    oids = [storage.new_oid() for _ in range(4)]
+    tid = _commit(storage, [(oid, z64, 1) for oid in oids])
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    _store_all(storage, t, [(oid, tid, 2) for oid in oids[:3]])
+    storage.deleteObject(oids[3], tid, t)
+    returned, locked = [], []
+    conn = storage._store()
+    real_execute = conn.execute
+
+    def execute(query, params=None, **kwargs):
+        cursor = real_execute(query, params, **kwargs)
+        if query is storage_module._LOCK_AND_COMPARE:
+            # Before the vote writes anything: the lock query's own locks.
+            returned.append(cursor.rowcount)
+            with psycopg.connect(storage_dsn, autocommit=True) as other:
+                for oid in oids:
+                    try:
+                        other.execute(
+                            "select 1 from zodb_object_state where zoid = %s for update nowait",
+                            (int.from_bytes(oid, "big"),),
+                        )
+                    except psycopg.errors.LockNotAvailable:
+                        locked.append(oid)
+        return cursor
+
+    conn.execute = execute
+    try:
+        storage.tpc_vote(t)
+    finally:
+        del conn.execute
+    assert returned == [0]
+    assert locked == oids
+    storage.tpc_finish(t)
+    assert sorted(_rows(storage_dsn).values()) == [(int.from_bytes(storage.lastTransaction(), "big"), 2)] * 3
+
+
+def test_a_changed_object_whose_row_moved_on_conflicts(storage, storage_dsn):
+    """The row is newer than the revision the transaction changed: ConflictError (MinPO cannot
+    resolve), nothing written; deleting with an old serial conflicts too."""
+    oids = [storage.new_oid() for _ in range(2)]
+    first = _commit(storage, [(oid, z64, 1) for oid in oids])
+    second = _commit(storage, [(oid, first, 2) for oid in oids])
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    _store_all(storage, t, [(oids[0], first, 3)])
+    with pytest.raises(ConflictError) as raised:
+        storage.tpc_vote(t)
+    assert raised.value.oid == oids[0]
+    storage.tpc_abort(t)
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.deleteObject(oids[1], first, t)
+    with pytest.raises(ConflictError) as raised:
+        storage.tpc_vote(t)
+    assert raised.value.oid == oids[1]
+    storage.tpc_abort(t)
+    assert sorted(_rows(storage_dsn).values()) == [(int.from_bytes(second, "big"), 2)] * 2
