@@ -544,6 +544,19 @@ def encode_record(data: bytes, with_state: bool = True) -> EncodedState:
     return EncodedState(class_name, state_json, refs, None, None, rebuilt)
 
 
+def encode_row(data: bytes) -> tuple[str, str, list[bytes], bytes | None, str | None, bytes | None]:
+    """``encode_record(data, with_state=False)`` as the storage writes it: (class name, JSON
+    text, refs, exact, reason, record), a plain tuple (the fast path's answer, unwrapped)."""
+    if _fast is not None:
+        fast = _fast.encode(data) if type(data) is bytes else None
+        if fast is not None:
+            class_name, text, refs, record = fast
+            return class_name, text, refs, None, None, record
+    encoded = encode_record(data, with_state=False)
+    text = encoded.text if encoded.text is not None else json_dumps(encoded.state)
+    return encoded.class_name, text, encoded.refs, encoded.exact, encoded.reason, encoded.record
+
+
 def _with_exact(data: bytes, reason: str, refs: list[bytes]) -> EncodedState:
     fallback = _unreadable(data, reason)
     return EncodedState(fallback.class_name, {"@exact": reason}, refs, data, reason)

@@ -355,15 +355,15 @@ class Holder(PersistentMapping):
 def test_state_is_readable_jsonb_and_inexact_records_keep_the_exact_pickle(storage, monkeypatch):
     # The transcoder decides what JSON cannot hold; here it is made to refuse one marked record,
     # so the storage's side of the contract (keep, count and read back the exact bytes) is shown.
-    real_encode = jsonstate.encode_record
+    real_encode = jsonstate.encode_row
 
-    def encode(data, **options):
-        encoded = real_encode(data, **options)
+    def encode(data):
+        class_name, text, refs, exact, reason, record = real_encode(data)
         if b"keep-exact" in data:
-            return encoded._replace(exact=data, reason="test")
-        return encoded
+            return class_name, text, refs, data, "test", None
+        return class_name, text, refs, exact, reason, record
 
-    monkeypatch.setattr(jsonstate, "encode_record", encode)
+    monkeypatch.setattr(jsonstate, "encode_row", encode)
     db = ZODB.DB(storage)
     try:
         tm = transaction.TransactionManager()
@@ -387,7 +387,7 @@ def test_state_is_readable_jsonb_and_inexact_records_keep_the_exact_pickle(stora
         assert "Hello wörld" in text
         assert storage.exact_records == before + 1
         # A different process reads both back: the exact bytes, and the state rebuilt from JSON.
-        monkeypatch.setattr(jsonstate, "encode_record", real_encode)
+        monkeypatch.setattr(jsonstate, "encode_row", real_encode)
         storage2 = JsonbStorage(storage._shared.dsn)
         try:
             conn2 = ZODB.DB(storage2).open(transaction.TransactionManager())

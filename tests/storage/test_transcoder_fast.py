@@ -150,6 +150,7 @@ def test_plain_records_take_the_fast_path_and_give_the_references_answers(value)
         assert (lean.class_name, lean.text, lean.refs, lean.record) == (
             expected[0], expected[1], expected[2], expected[5]
         )
+        assert jsonstate.encode_row(data) == expected  # the storage's call
 
 
 @needs_fast
@@ -157,7 +158,12 @@ def test_plain_records_take_the_fast_path_and_give_the_references_answers(value)
 @given(awkward_values)
 def test_records_outside_the_subset_give_the_references_answers(value):
     for data in _records(value):
-        assert _answers(jsonstate, data) == _answers(PURE, data)
+        expected = _answers(PURE, data)
+        assert _answers(jsonstate, data) == expected
+        # The storage's call: the same, with the JSON as text even where it is an exact copy's.
+        class_name, text, refs, exact, reason, record = jsonstate.encode_row(data)
+        assert (class_name, refs, exact, reason, record) == expected[:1] + expected[2:]
+        assert text == PURE.json_dumps(PURE.encode_record(data).state)
 
 
 @needs_fast
