@@ -917,7 +917,8 @@ class JsonbStorage(ConflictResolvingStorage):
 
     def _add_row(self, row: _PendingRow) -> None:
         zoid = row.zoid
-        self._deletes.discard(zoid)
+        if self._deletes:
+            self._deletes.discard(zoid)
         if (
             row.prev_tid == 0
             and not self._hp
@@ -931,10 +932,11 @@ class JsonbStorage(ConflictResolvingStorage):
             self._direct.pop(zoid, None)
             self._pending[zoid] = row
         # Kept for conflict resolution and, after commit, for loadSerial of what we wrote.
-        self._pickles[row.zoid] = row.pickle
-        self._written[row.zoid] = row.loaded
-        self._note_exact(row)
-        self._prev_tids[row.zoid] = row.prev_tid
+        self._pickles[zoid] = row.pickle
+        self._written[zoid] = row.loaded
+        if row.exact is not None or self._exact:
+            self._note_exact(row)
+        self._prev_tids[zoid] = row.prev_tid
         if len(self._pending) >= STORE_BATCH_ROWS:
             self._flush()
 
@@ -1707,7 +1709,7 @@ def _serial(serial: bytes | str | None) -> int:
         return 0
     if isinstance(serial, str):  # some callers (ZODB's blob doctests) pass '\0' * 8
         serial = serial.encode("latin-1")
-    return u64(serial)
+    return int.from_bytes(serial, "big") if len(serial) == 8 else u64(serial)  # u64 raises
 
 
 JsonbStorage.zap_all = JsonbStorage.cleanup  # the name zodbconvert --clear looks for
