@@ -314,3 +314,34 @@ def test_a_changed_object_whose_row_moved_on_conflicts(storage, storage_dsn):
     assert raised.value.oid == oids[1]
     storage.tpc_abort(t)
     assert sorted(_rows(storage_dsn).values()) == [(int.from_bytes(second, "big"), 2)] * 2
+
+
+def _temp_rows_and_pages(storage):
+    conn = storage._store_conn
+    live = conn.execute("select count(*) from zodb_temp_store").fetchone()[0]
+    pages = conn.execute("select pg_relation_size('zodb_temp_store') / current_setting('block_size')::int").fetchone()[0]
+    return live, pages
+
+
+def test_the_temporary_table_is_emptied_by_each_vote_and_truncated_now_and_then(storage, storage_dsn, monkeypatch):
+    """It keeps rows across commits (no ON COMMIT DELETE ROWS, whose truncation cost every
+    commit a millisecond): each vote deletes what it moved, an abort leaves nothing visible, and
+    the dead rows are truncated away once TEMP_TRUNCATE_ROWS went in."""
+    monkeypatch.setattr(storage_module, "TEMP_TRUNCATE_ROWS", 250)
+    oids = [storage.new_oid() for _ in range(100)]
+    tid = _commit(storage, [(oid, z64, 0) for oid in oids])
+    pages = []
+    for value in range(1, 5):  # 100 rows each: the fourth transaction finds 300 and truncates first
+        tid = _commit(storage, [(oid, tid, value) for oid in oids])
+        live, used = _temp_rows_and_pages(storage)
+        assert live == 0
+        pages.append(used)
+    assert pages[0] < pages[1] < pages[2] and pages[3] < pages[2]  # dead rows, then truncated
+    assert storage._temp_rows == 100
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    _store_all(storage, t, [(oid, tid, 9) for oid in oids])
+    storage.tpc_vote(t)
+    storage.tpc_abort(t)
+    assert _temp_rows_and_pages(storage)[0] == 0
+    assert set(_rows(storage_dsn).values()) == {(int.from_bytes(tid, "big"), 4)}
