@@ -12,7 +12,8 @@ a thread for FileStorage, which one process must own) times, in objects per seco
              RelStorage's local cache and JsonbStorage's process cache, storage/cache.py).
 
 The per-worker rates are summed (the throughput of all workers together) and the best of
-``--repeat`` runs is kept. At concurrency 1 the add and update also count CPU time per object:
+``--repeat`` runs is kept. Small commits: one process commits 200 transactions that each change
+one object (what a web request that saves a form does), ms per commit. At concurrency 1 the add and update also count CPU time per object:
 the worker's own (client) and that of every PostgreSQL process on this machine (server), read
 from /proc around each commit. CPU time moves far less than wall time on a shared machine, and
 it shows which side a difference is on. Pack time: 20k objects, half unreachable, garbage-collected.
@@ -219,6 +220,23 @@ def run_concurrent(kind: str, target: str, n: int, concurrency: int) -> dict[str
     return rates
 
 
+def small_commits(kind: str, target: str, n: int = 200) -> float:
+    """ms per transaction that changes one object, over ``n`` commits in one process."""
+    db = ZODB.DB(open_storage(kind, target))
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    counter = conn.root()[f"small-{time.monotonic_ns()}"] = PersistentMapping(n=0)
+    tm.commit()
+    start = time.perf_counter()
+    for _ in range(n):
+        counter["n"] += 1
+        tm.commit()
+    elapsed = time.perf_counter() - start
+    conn.close()
+    db.close()
+    return elapsed / n * 1e3
+
+
 def pack_time(kind: str, target: str, n: int = 20000) -> float:
     db = ZODB.DB(open_storage(kind, target))
     with db.transaction() as conn:
@@ -269,8 +287,10 @@ def main() -> None:
     # shared machine hits all of them instead of the one that happened to run then.
     rows = {(kind, level): {op: 0.0 for op in OPERATIONS} for kind in targets for level in levels}
     cpu: dict[str, dict[str, float]] = {kind: {} for kind in targets if kind != "FileStorage"}
+    small = {kind: float("inf") for kind in targets}
     for repeat in range(args.repeat):
         for kind, target in targets.items():
+            small[kind] = min(small[kind], small_commits(kind, target))
             for level in levels:
                 rates = run_concurrent(kind, target, args.objects, level)
                 rows[(kind, level)] = {op: max(rows[(kind, level)][op], rates[op]) for op in OPERATIONS}
@@ -283,10 +303,10 @@ def main() -> None:
             print(" ", kind, level, {op: round(v) for op, v in best.items()}, flush=True)
     packs = {kind: pack_time(kind, target) for kind, target in targets.items()}
     print("pack seconds", {k: round(v, 3) for k, v in packs.items()})
-    write_report(Path(args.output), rows, packs, levels, args, cpu)
+    write_report(Path(args.output), rows, packs, levels, args, cpu, small)
 
 
-def write_report(path: Path, rows, packs, levels, args, cpu) -> None:
+def write_report(path: Path, rows, packs, levels, args, cpu, small) -> None:
     import platform
 
     import psycopg
@@ -329,6 +349,15 @@ def write_report(path: Path, rows, packs, levels, args, cpu) -> None:
                 total = client + server if client is not None and server is not None else None
                 cells += [f"{value:.1f}" if value is not None else "" for value in (client, server, total)]
             lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Small commits: ms per transaction that changes one object (200 in a row, one process,"
+        " best of the repeats; lower is better):",
+        "",
+        "| storage | ms per commit |",
+        "|---|---:|",
+    ]
+    lines += [f"| {kind} | {ms:.2f} |" for kind, ms in small.items()]
     lines += ["", "Pack (garbage collection of 10,000 unreachable objects among 20,000), seconds:", ""]
     lines += ["| storage | pack s |", "|---|---:|"]
     lines += [f"| {kind} | {seconds:.3f} |" for kind, seconds in packs.items()]
