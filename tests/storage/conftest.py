@@ -29,6 +29,17 @@ def storage_dsn(database_url):
     return dsn_with_schema(database_url, "zodb_hf")
 
 
+@pytest.fixture
+def storage(storage_dsn):
+    """An empty history-free JsonbStorage (test files with other needs define their own)."""
+    from plone_connector.storage import JsonbStorage
+
+    storage = JsonbStorage(storage_dsn)
+    storage.cleanup()
+    yield storage
+    storage.close()
+
+
 @pytest.fixture(scope="session")
 def hp_storage_dsn(database_url):
     """DSN of a schema holding a history-preserving storage."""

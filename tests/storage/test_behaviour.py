@@ -26,14 +26,6 @@ from plone_connector.storage.schema import LATEST, SchemaError, StateFormatError
 
 
 @pytest.fixture
-def storage(storage_dsn):
-    storage = JsonbStorage(storage_dsn)
-    storage.cleanup()
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
 def other_process(storage_dsn):
     """Another client of the same database, sharing nothing with the first (as a process)."""
     opened = []

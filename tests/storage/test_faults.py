@@ -29,14 +29,6 @@ from plone_connector.storage.storage import DisconnectedError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def storage(storage_dsn):
-    storage = JsonbStorage(storage_dsn)
-    storage.cleanup()
-    yield storage
-    storage.close()
-
-
 def terminate(dsn, pid):
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert conn.execute("select pg_terminate_backend(%s)", (pid,)).fetchone()[0]

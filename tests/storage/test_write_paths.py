@@ -5,7 +5,7 @@ transaction stores (the server parses rows while the client pickles the next one
 from there under the commit lock. New objects cannot conflict with anything, so they wait in memory
 and are copied once, at vote, with the transaction's tid (storage.py, DIRECT_MAX_BYTES). These
 tests pin what the paths must share: what is committed, conflicts, aborts, statements between
-stores, pack's reference check, and the fallback to the temporary table.
+stores, and the fallback to the temporary table.
 """
 
 from __future__ import annotations
@@ -15,26 +15,14 @@ import time
 
 import psycopg
 import pytest
-import transaction
-import ZODB
-from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
-from ZODB.POSException import ConflictError, ReadConflictError
-from ZODB.serialize import referencesf
+from ZODB.POSException import ConflictError
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle, zodb_unpickle
 from ZODB.utils import p64, z64
 
 from plone_connector.storage import JsonbStorage
 from plone_connector.storage import storage as storage_module
-
-
-@pytest.fixture
-def storage(storage_dsn):
-    storage = JsonbStorage(storage_dsn)
-    storage.cleanup()
-    yield storage
-    storage.close()
 
 
 def _store_all(storage, t, items):
@@ -161,44 +149,6 @@ def test_two_processes_creating_one_oid_at_once_give_one_conflict(storage, stora
         assert _rows(storage_dsn)[10**12][1] == 1
     finally:
         other.close()
-
-
-def test_new_objects_after_a_pack_are_checked_against_what_it_removed(storage_dsn):
-    """A process that started before a pack checks the references its commits add; new objects
-    take part in that check like changed ones (their rows move to the temporary table for it)."""
-    storage = JsonbStorage(storage_dsn)
-    storage.cleanup()
-    db1 = ZODB.DB(storage)
-    db2 = ZODB.DB(JsonbStorage(storage_dsn))
-    try:
-        tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
-        c1 = db1.open(tm1)
-        c1.root()["one"] = PersistentMapping(x=PersistentMapping(n=1))
-        c1.root()["two"] = PersistentMapping()
-        tm1.commit()
-        c2 = db2.open(tm2)
-        held = c2.root()["one"]["x"]
-        assert held["n"] == 1
-        del c1.root()["one"]["x"]
-        tm1.commit()
-        storage.pack(time.time(), referencesf)
-        tm2.begin()
-        # New objects referring to each other and to live objects: committed.
-        c2.root()["two"]["fresh"] = PersistentMapping(child=PersistentMapping(n=2), one=c2.root()["one"])
-        tm2.commit()
-        # A new object referring to the removed one: refused, nothing written.
-        c2.root()["two"]["wrapper"] = PersistentMapping(ref=held)
-        with pytest.raises(ReadConflictError, match="removed by pack"):
-            tm2.commit()
-        tm2.abort()
-        tm1.begin()
-        assert c1.root()["two"]["fresh"]["child"]["n"] == 2
-        assert "wrapper" not in c1.root()["two"]
-        c1.close()
-        c2.close()
-    finally:
-        db1.close()
-        db2.close()
 
 
 def _changes(storage, count):
