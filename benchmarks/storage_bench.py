@@ -12,11 +12,12 @@ a thread for FileStorage, which one process must own) times, in objects per seco
              RelStorage's local cache and JsonbStorage's process cache, storage/cache.py).
 
 The per-worker rates are summed (the throughput of all workers together) and the best of
-``--repeat`` runs is kept. Small commits: one process commits 200 transactions that each change
-one object (what a web request that saves a form does), ms per commit. At concurrency 1 the add and update also count CPU time per object:
-the worker's own (client) and that of every PostgreSQL process on this machine (server), read
-from /proc around each commit. CPU time moves far less than wall time on a shared machine, and
-it shows which side a difference is on. Pack time: 20k objects, half unreachable, garbage-collected.
+``--repeat`` runs is kept. Small commits: one process commits 200 transactions that each
+change one object (what a web request that saves a form does), ms per commit. At concurrency 1
+the add and update also count CPU time per object: the worker's own (client) and that of every
+PostgreSQL process on this machine (server), read from /proc around each commit. CPU time moves
+far less than wall time on a shared machine, and it shows which side a difference is on. Pack
+time: 20k objects, half unreachable, garbage-collected.
 RelStorage runs history-free on the same PostgreSQL server (its own database). Without
 DATABASE_URL the embedded PostgreSQL of the tests is used. Writes docs/benchmarks/storage.md
 and docs/benchmarks/storage.png.
@@ -131,7 +132,10 @@ def run_worker(db, n: int, oid: bytes, cpu: dict[str, float] | None = None) -> d
                 cpu[f"{operation} server"] = server_cpu() - server
 
     timed("add", lambda i: container.__setitem__(i, _document(i)))
-    timed("update", lambda i: container[i].__setitem__("count", container[i]["count"] + 1))
+    def change(i):
+        container[i]["count"] += 1
+
+    timed("update", change)
     conn.close()
     return times
 

@@ -1149,11 +1149,10 @@ class JsonbStorage(ConflictResolvingStorage):
         ).fetchall()
         old_blobs = {zoid: blob_id for zoid, _tid, blob_id, _differs in rows if blob_id is not None}
         differing = {zoid: tid for zoid, tid, _blob_id, differs in rows if differs}
-        if self._direct and differing:
+        if differing:
             # A "new" object that exists (its oid was handed out twice, or stored with a made-up
             # one): the temporary table's path, whose conflict handling covers it.
             self._move_to_temp([zoid for zoid in differing if zoid in self._direct])
-        if differing:
             self._detect_conflicts(conn, differing)
         # The commit lock: held from here until tpc_finish commits.
         if restoring:
