@@ -1154,11 +1154,15 @@ class JsonbStorage(ConflictResolvingStorage):
             # one): the temporary table's path, whose conflict handling covers it.
             self._move_to_temp([zoid for zoid in differing if zoid in self._direct])
             self._detect_conflicts(conn, differing)
-        # The commit lock: held from here until tpc_finish commits.
+        # The commit lock: held from here until tpc_finish commits, so the statements under it
+        # go in as few round trips as they can: the lock's own (which also asks for the
+        # transaction id and queues the notification, sent by PostgreSQL only if it commits),
+        # the new objects' COPY, and one pipeline with everything else.
         if restoring:
             row = conn.execute(
-                "update zodb_commit set tid = %s where tid < %s returning tid, gc_tid",
-                (self._restore_tid, self._restore_tid),
+                "update zodb_commit set tid = %s where tid < %s"
+                " returning tid, gc_tid, pg_current_xact_id()::text, pg_notify(%s, tid::text)",
+                (self._restore_tid, self._restore_tid, CHANNEL),
             ).fetchone()
             if row is None:
                 raise ZODB.POSException.StorageTransactionError(
@@ -1166,10 +1170,15 @@ class JsonbStorage(ConflictResolvingStorage):
                 )
         else:
             row = conn.execute(
-                "update zodb_commit set tid = greatest(tid + 1, zodb_now_tid()) returning tid, gc_tid"
+                "update zodb_commit set tid = greatest(tid + 1, zodb_now_tid())"
+                " returning tid, gc_tid, pg_current_xact_id()::text, pg_notify(%s, tid::text)",
+                (CHANNEL,),
             ).fetchone()
-        tid, gc_tid = row
+        tid, gc_tid, self._xid, _ = row
         self._tid = tid
+        # The transaction's id: if the connection breaks around COMMIT, PostgreSQL tells whether
+        # it committed (see _commit_or_verify).
+        self._backend_pid = conn.info.backend_pid
         if gc_tid and gc_tid > (self._first_tid or 0) and not restoring:
             # A pack ran since this instance started: its cache (or the application) may hold
             # objects the pack removed. New references must not point at them.
@@ -1177,47 +1186,44 @@ class JsonbStorage(ConflictResolvingStorage):
             self._check_refs_survived_pack(conn)
         if self._hp:
             self._write_history(conn, tid, written)
-        if self._flushed:
-            conn.execute(
-                """insert into zodb_object_state (zoid, tid, class_name, state, refs, exact, blob_id)
-                   select zoid, %s, class_name, state, refs, exact, blob_id from zodb_temp_store
-                   on conflict (zoid) do update set
-                       tid = excluded.tid, class_name = excluded.class_name, state = excluded.state,
-                       refs = excluded.refs, exact = excluded.exact,
-                       blob_id = coalesce(excluded.blob_id, zodb_object_state.blob_id)""",
-                (tid,),
-            )
-            conn.execute("delete from zodb_temp_store")  # the next transaction starts empty
         if self._direct:
             with conn.cursor() as cur, cur.copy(
                 "copy zodb_object_state (zoid, tid, class_name, state, refs, exact, blob_id) from stdin"
             ) as copy:
                 copy.write("".join([_state_line(row, tid) for row in self._direct.values()]))
-        if self._deletes:
-            conn.execute("delete from zodb_object_state where zoid = any(%s)", (sorted(self._deletes),))
-            if not self._hp:
-                # History-free polls cannot see deleted rows: tell other processes' caches the
-                # way pack does.
-                conn.execute("update zodb_commit set gc_tid = tid")
         replaced = [blob_id for zoid, blob_id in old_blobs.items() if p64(zoid) in self._blob_files or zoid in self._deletes]
-        if replaced and not self._hp:  # history keeps old blob revisions
-            conn.execute("delete from zodb_blob_chunk where blob_id = any(%s)", (replaced,))
-        if restoring and written:
-            conn.execute(
-                "select setval('zodb_oid_seq', greatest(%s, (select last_value from zodb_oid_seq)))",
-                (max(written),),
-            )
-        if self._batch_ids:
-            conn.execute(
-                "insert into catalog_txn_outcome (batch_id, tid) select unnest(%s::text[]), %s",
-                (self._batch_ids, tid),
-            )
-        # The transaction's id, with the notification's round trip: if the connection breaks
-        # around COMMIT, PostgreSQL tells whether it committed (see _commit_or_verify).
-        self._xid, _ = conn.execute(
-            "select pg_current_xact_id()::text, pg_notify(%s, %s)", (CHANNEL, str(tid))
-        ).fetchone()
-        self._backend_pid = conn.info.backend_pid
+        if not (self._flushed or self._deletes or replaced or restoring or self._batch_ids):
+            return self._resolved
+        with conn.pipeline():
+            if self._flushed:
+                conn.execute(
+                    """insert into zodb_object_state (zoid, tid, class_name, state, refs, exact, blob_id)
+                       select zoid, %s, class_name, state, refs, exact, blob_id from zodb_temp_store
+                       on conflict (zoid) do update set
+                           tid = excluded.tid, class_name = excluded.class_name, state = excluded.state,
+                           refs = excluded.refs, exact = excluded.exact,
+                           blob_id = coalesce(excluded.blob_id, zodb_object_state.blob_id)""",
+                    (tid,),
+                )
+                conn.execute("delete from zodb_temp_store")  # the next transaction starts empty
+            if self._deletes:
+                conn.execute("delete from zodb_object_state where zoid = any(%s)", (sorted(self._deletes),))
+                if not self._hp:
+                    # History-free polls cannot see deleted rows: tell other processes' caches the
+                    # way pack does.
+                    conn.execute("update zodb_commit set gc_tid = tid")
+            if replaced and not self._hp:  # history keeps old blob revisions
+                conn.execute("delete from zodb_blob_chunk where blob_id = any(%s)", (replaced,))
+            if restoring and written:
+                conn.execute(
+                    "select setval('zodb_oid_seq', greatest(%s, (select last_value from zodb_oid_seq)))",
+                    (max(written),),
+                )
+            if self._batch_ids:
+                conn.execute(
+                    "insert into catalog_txn_outcome (batch_id, tid) select unnest(%s::text[]), %s",
+                    (self._batch_ids, tid),
+                )
         return self._resolved
 
     def _write_history(self, conn: psycopg.Connection, tid: int, written: list[int]) -> None:

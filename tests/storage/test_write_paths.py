@@ -10,6 +10,7 @@ stores, and the fallback to the temporary table.
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 
@@ -23,6 +24,7 @@ from ZODB.utils import p64, z64
 
 from plone_connector.storage import JsonbStorage
 from plone_connector.storage import storage as storage_module
+from plone_connector.storage.listener import CHANNEL
 
 
 def _store_all(storage, t, items):
@@ -121,6 +123,8 @@ def test_a_new_object_whose_oid_exists_is_a_conflict_not_an_overwrite(storage, s
 def test_two_processes_creating_one_oid_at_once_give_one_conflict(storage, storage_dsn):
     other = JsonbStorage(storage_dsn)
     oid = p64(10**12)  # made up by both, as an import with fixed oids might
+    listening = psycopg.connect(storage_dsn, autocommit=True)
+    listening.execute(f"listen {CHANNEL}")
     try:
         t1, t2 = TransactionMetaData(), TransactionMetaData()
         storage.tpc_begin(t1)
@@ -143,12 +147,47 @@ def test_two_processes_creating_one_oid_at_once_give_one_conflict(storage, stora
         thread.start()
         time.sleep(0.3)  # the second vote is waiting for the commit lock
         assert not outcome
-        storage.tpc_finish(t1)
+        committed = storage.tpc_finish(t1)
         thread.join(30)
         assert isinstance(outcome[0], ConflictError) and "created twice" in str(outcome[0])
         assert _rows(storage_dsn)[10**12][1] == 1
+        # The refused vote had taken the commit lock, whose statement queues the notification:
+        # its rollback took the notification along, and only the commit was announced.
+        payloads = [n.payload for n in listening.notifies(timeout=1.0)]
+        assert payloads == [str(int.from_bytes(committed, "big"))]
     finally:
+        listening.close()
         other.close()
+
+
+def _round_trips_under_the_commit_lock(storage, items):
+    """Round trips of the store connection from the commit lock's statement to COMMIT, both
+    included, counted in libpq's protocol trace (a ReadyForQuery ends each)."""
+    trace = storage._store().pgconn
+    with tempfile.TemporaryFile("w+") as log:
+        trace.trace(log.fileno())
+        try:
+            _commit(storage, items)
+        finally:
+            trace.untrace()
+        log.seek(0)
+        # timestamp, direction (F: to the server, B: from it), length, message type, contents
+        messages = [line.split("\t", 4) + [""] for line in log.read().splitlines()]
+    locked = next(i for i, m in enumerate(messages) if m[1] == "F" and "update zodb_commit" in m[4])
+    return sum(1 for m in messages[locked:] if m[1] == "B" and m[3] == "ReadyForQuery")
+
+
+def test_the_commit_lock_is_held_for_few_round_trips(storage):
+    old = [storage.new_oid() for _ in range(3)]
+    tid = _commit(storage, [(oid, z64, 1) for oid in old])
+    # The lock (with the tid, the transaction id and the notification), then the new objects'
+    # COPY and one pipeline with the moves from the temporary table, then COMMIT.
+    assert _round_trips_under_the_commit_lock(storage, [(storage.new_oid(), z64, 1)]) == 3
+    changed = _round_trips_under_the_commit_lock(storage, [(oid, tid, 2) for oid in old])
+    assert changed == 3
+    tid = storage.lastTransaction()
+    both = [(oid, tid, 3) for oid in old] + [(storage.new_oid(), z64, 1)]
+    assert _round_trips_under_the_commit_lock(storage, both) == 4
 
 
 def _changes(storage, count):
