@@ -687,12 +687,14 @@ class JsonbStorage(ConflictResolvingStorage):
             for (zoid,) in conn.execute(
                 "select zoid from zodb_object_history where tid = %s order by zoid", (undone,)
             ).fetchall():
-                self._undo_object(conn, zoid, undone)
+                self._undo_object(zoid, undone)
                 oids.append(p64(zoid))
         return None, oids
 
-    def _undo_object(self, conn: psycopg.Connection, zoid: int, undone: int) -> None:
+    def _undo_object(self, zoid: int, undone: int) -> None:
         oid = p64(zoid)
+        # Asked for per object: the rows of the objects before may have left a COPY open.
+        conn = self._begin_db_transaction()
         revision = (
             "select tid, class_name, state, exact, deleted, blob_id, coalesce(data_tid, tid)"
             " from zodb_object_history where zoid = %s"
@@ -792,6 +794,9 @@ class JsonbStorage(ConflictResolvingStorage):
         self._flushed: set[int] = set()
         self._read_current: dict[int, int] = {}
         self._blob_files: dict[bytes, str] = {}
+        # The blob uploaded for an object in this transaction: a later store of the object
+        # without a blob keeps it (as FileStorage does), a later upload replaces it.
+        self._uploaded: dict[int, int] = {}
         self._deletes: set[int] = set()
         self._tid: int | None = None
         self._xid: str | None = None  # PostgreSQL's id of the voted transaction (xid8 as text)
@@ -855,7 +860,10 @@ class JsonbStorage(ConflictResolvingStorage):
         parses them while this process pickles and encodes the next ones."""
         if self._copy is None:
             conn = self._begin_db_transaction()
-            if self._temp_rows >= TEMP_TRUNCATE_ROWS:
+            if self._temp_rows >= TEMP_TRUNCATE_ROWS and not self._flushed:
+                # Only while none of this transaction's rows are in the table: a COPY reopened
+                # later in a transaction (after a new oid block, a blob upload, at vote) must
+                # not take the rows streamed before it along.
                 conn.execute("truncate zodb_temp_store")
                 self._temp_rows = 0
             cursor = conn.cursor()
@@ -923,7 +931,7 @@ class JsonbStorage(ConflictResolvingStorage):
             raise ZODB.POSException.Unsupported("Versions aren't supported")
         self._check_transaction(transaction)
         with self._lock:
-            self._add_row(self._encode(oid, serial, data, None))
+            self._add_row(self._encode(oid, serial, data, self._uploaded.get(u64(oid))))
 
     def _add_row(self, row: _PendingRow) -> None:
         zoid = row.zoid
@@ -1003,7 +1011,7 @@ class JsonbStorage(ConflictResolvingStorage):
             raise ZODB.POSException.Unsupported("Versions aren't supported")
         self._check_transaction(transaction)
         with self._lock:
-            blob_id = self._upload_blob(blobfilename)
+            blob_id = self._upload_blob(oid, blobfilename)
             self._add_row(self._encode(oid, oldserial, data, blob_id))
             self._blob_files[oid] = self._take_blob_file(blobfilename)
 
@@ -1014,9 +1022,14 @@ class JsonbStorage(ConflictResolvingStorage):
         ZODB.blob.rename_or_copy_blob(filename, target, chmod=True)
         return target
 
-    def _upload_blob(self, filename: str) -> int:
-        """Stream a blob file into chunk rows (inside the still uncommitted transaction)."""
+    def _upload_blob(self, oid: bytes, filename: str) -> int:
+        """Stream a blob file into chunk rows (inside the still uncommitted transaction). An
+        upload of the object's blob earlier in this transaction (a change, a savepoint, another
+        change) is referenced by nothing from now on: its chunks go."""
         conn = self._begin_db_transaction()
+        earlier = self._uploaded.pop(u64(oid), None)
+        if earlier is not None:
+            conn.execute("delete from zodb_blob_chunk where blob_id = %s", (earlier,))
         (blob_id,) = conn.execute("select nextval('zodb_blob_seq')").fetchone()
         with open(filename, "rb") as blob_file, conn.cursor() as cur:
             chunk_num = 0
@@ -1031,6 +1044,7 @@ class JsonbStorage(ConflictResolvingStorage):
                 chunk_num += 1
                 if len(chunk) < BLOB_CHUNK_SIZE:
                     break
+        self._uploaded[u64(oid)] = blob_id
         return blob_id
 
     @_store_side
@@ -1046,7 +1060,7 @@ class JsonbStorage(ConflictResolvingStorage):
                 self._pending.pop(u64(oid), None)
                 self._deletes.add(u64(oid))
                 return
-            row = self._encode(oid, serial, data, None)
+            row = self._encode(oid, serial, data, self._uploaded.get(u64(oid)))
             row.data_tid = u64(prev_txn) if prev_txn else None
             self._add_row(row)
 
@@ -1056,7 +1070,7 @@ class JsonbStorage(ConflictResolvingStorage):
             raise ZODB.POSException.ReadOnlyError()
         self._check_transaction(transaction)
         with self._lock:
-            blob_id = self._upload_blob(blobfilename)
+            blob_id = self._upload_blob(oid, blobfilename)
             self._add_row(self._encode(oid, serial, data, blob_id))
             self._blob_files[oid] = self._take_blob_file(blobfilename)
 
@@ -1087,6 +1101,7 @@ class JsonbStorage(ConflictResolvingStorage):
             blob_file = self._blob_files.pop(oid, None)
             if blob_file is not None and os.path.exists(blob_file):
                 os.remove(blob_file)
+            self._uploaded.pop(zoid, None)
             self._pickles.pop(zoid, None)
             self._written.pop(zoid, None)
             self._exact.pop(zoid, None)
@@ -1138,7 +1153,8 @@ class JsonbStorage(ConflictResolvingStorage):
         # it, NULL (no row) for a new one. A deletion whose serial is not known expects nothing.
         expected = [] if restoring else [(zoid, self._prev_tids[zoid] or None) for zoid in written]
         if not restoring:
-            expected += [(zoid, self._prev_tids[zoid]) for zoid in deletes if zoid in self._prev_tids]
+            # (Serial zero: created in this transaction, or never committed; no row expected.)
+            expected += [(zoid, self._prev_tids[zoid] or None) for zoid in deletes if zoid in self._prev_tids]
         rows = conn.execute(
             _LOCK_AND_COMPARE,
             (
@@ -1182,7 +1198,6 @@ class JsonbStorage(ConflictResolvingStorage):
         if gc_tid and gc_tid > (self._first_tid or 0) and not restoring:
             # A pack ran since this instance started: its cache (or the application) may hold
             # objects the pack removed. New references must not point at them.
-            self._move_to_temp(list(self._direct))
             self._check_refs_survived_pack(conn)
         if self._hp:
             self._write_history(conn, tid, written)
@@ -1194,7 +1209,17 @@ class JsonbStorage(ConflictResolvingStorage):
         replaced = [blob_id for zoid, blob_id in old_blobs.items() if p64(zoid) in self._blob_files or zoid in self._deletes]
         if not (self._flushed or self._deletes or replaced or restoring or self._batch_ids):
             return self._resolved
+        # New objects in the temporary table (history-preserving mode, beyond the direct path's
+        # memory limit): the lock query found no row to lock, so another transaction may have
+        # committed one for the oid since. The upsert would overwrite it; the direct COPY's
+        # unique key refuses it, and so must this path.
+        created = [] if restoring else [zoid for zoid in self._flushed if not self._prev_tids.get(zoid)]
         with conn.pipeline():
+            if created:
+                existing = conn.execute(
+                    "select min(zoid) from zodb_object_state where zoid = any(%s::bigint[])",
+                    (_int_array(sorted(created)),),
+                )
             if self._flushed:
                 conn.execute(
                     """insert into zodb_object_state (zoid, tid, class_name, state, refs, exact, blob_id)
@@ -1223,6 +1248,13 @@ class JsonbStorage(ConflictResolvingStorage):
                 conn.execute(
                     "insert into catalog_txn_outcome (batch_id, tid) select unnest(%s::text[]), %s",
                     (self._batch_ids, tid),
+                )
+        if created:
+            (twice,) = existing.fetchone()
+            if twice is not None:  # the writes above are rolled back with the transaction
+                raise ZODB.POSException.ConflictError(
+                    f"object created twice: oid 0x{twice:x} was committed by another transaction meanwhile",
+                    oid=p64(twice),
                 )
         return self._resolved
 
@@ -1292,16 +1324,22 @@ class JsonbStorage(ConflictResolvingStorage):
     def _check_refs_survived_pack(self, conn: psycopg.Connection) -> None:
         """Refuse to commit new references to objects that a pack has removed."""
         # Only references this transaction adds need checking; existing ones were checked (or
-        # kept alive) when they were written.
+        # kept alive) when they were written. New objects waiting for the direct COPY send
+        # theirs along (every reference of a new object is new).
+        direct_refs = sorted({ref for row in self._direct.values() for ref in row.refs})
         row = conn.execute(
             """select r.zoid from (
-                   select unnest(refs) as zoid from zodb_temp_store
-                   except
-                   select unnest(s.refs) from zodb_object_state s join zodb_temp_store t using (zoid)
+                   (select unnest(refs) as zoid from zodb_temp_store
+                    except
+                    select unnest(s.refs) from zodb_object_state s join zodb_temp_store t using (zoid))
+                   union
+                   select unnest(%s::bigint[])
                ) r
                where not exists (select 1 from zodb_object_state s where s.zoid = r.zoid)
                  and not exists (select 1 from zodb_temp_store t where t.zoid = r.zoid)
-               limit 1"""
+                 and r.zoid <> all(%s::bigint[])
+               limit 1""",
+            (_int_array(direct_refs), _int_array(sorted(self._direct))),
         ).fetchone()
         if row is not None:
             raise ZODB.POSException.ReadConflictError(

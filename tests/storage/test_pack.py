@@ -185,8 +185,8 @@ def test_relinking_an_object_removed_by_pack_is_refused(
         with pytest.raises(ReadConflictError, match="removed by pack"):
             tm2.commit()
         tm2.abort()
-        # New objects take part in the check like changed ones (history-free: their rows, which
-        # otherwise skip the temporary table, go through it for the check).
+        # New objects take part in the check like changed ones (history-free: their references
+        # are sent along with the check; the rows still skip the temporary table).
         c2.root()["two"]["fresh"] = PersistentMapping(child=PersistentMapping(n=2), one=c2.root()["one"])
         tm2.commit()
         c2.root()["two"]["wrapper"] = PersistentMapping(ref=held)

@@ -10,6 +10,7 @@ stores, and the fallback to the temporary table.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 import time
@@ -17,7 +18,7 @@ import time
 import psycopg
 import pytest
 from ZODB.Connection import TransactionMetaData
-from ZODB.POSException import ConflictError
+from ZODB.POSException import ConflictError, ReadConflictError
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle, zodb_unpickle
 from ZODB.utils import p64, z64
@@ -334,3 +335,250 @@ def test_the_temporary_table_is_emptied_by_each_vote_and_truncated_now_and_then(
     storage.tpc_abort(t)
     assert _temp_rows_and_pages(storage)[0] == 0
     assert set(_rows(storage_dsn).values()) == {(int.from_bytes(tid, "big"), 4)}
+
+
+# -- found in review (stop 19): each of these failed before its fix ------------------------
+
+
+def _values(dsn):
+    return {zoid: value for zoid, (_tid, value) in _rows(dsn).items()}
+
+
+@pytest.mark.parametrize("reopen", ["new oid block", "second store of a sent object"])
+def test_a_copy_reopened_mid_transaction_never_truncates_the_rows_sent_before(
+    storage, storage_dsn, monkeypatch, reopen
+):
+    """The temporary table is truncated when a COPY opens after TEMP_TRUNCATE_ROWS went in, but
+    only while this transaction has no rows in it: reopened later (after a new oid block, a
+    blob upload, a second store of an object already sent) it must keep them."""
+    monkeypatch.setattr(storage_module, "TEMP_TRUNCATE_ROWS", 100)
+    oids = [storage.new_oid() for _ in range(101)]
+    tid = _commit(storage, [(oid, z64, 0) for oid in oids])
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    _store_all(storage, t, [(oid, tid, 1) for oid in oids[:100]])  # a batch: 100 went in
+    if reopen == "new oid block":
+        storage._oid_pool.clear()
+        storage.new_oid()  # ends the COPY
+        _store_all(storage, t, [(oids[100], tid, 1)])
+    else:
+        _store_all(storage, t, [(oids[0], tid, 1)] + [(oid, tid, 1) for oid in oids[100:]])
+        storage._flush()  # the object sent again: its row is deleted, the COPY reopened
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+    assert set(_values(storage_dsn).values()) == {1}
+
+
+def test_undo_of_more_objects_than_a_batch(hp_storage):
+    """undo() writes rows through the streaming COPY: every query it makes after a batch went
+    out must end the COPY first (psycopg holds the connection's lock while one is open, so a
+    query that does not would wait forever)."""
+    storage = hp_storage
+    count = storage_module.STORE_BATCH_ROWS + 5
+    oids = [storage.new_oid() for _ in range(count)]
+    first = _commit(storage, [(oid, z64, 0) for oid in oids])
+    second = _commit(storage, [(oid, first, 1) for oid in oids])
+    storage._store().lock = _TimedLock()  # a wait of more than 5 s fails the test
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    try:
+        storage.undo(second, t)
+        storage.tpc_vote(t)
+        undone = storage.tpc_finish(t)
+    except BaseException:
+        storage.tpc_abort(t)
+        raise
+    assert {zodb_unpickle(storage.load(oid)[0]).value for oid in oids} == {0}
+    assert {storage.load(oid)[1] for oid in oids} == {undone}
+
+
+@pytest.fixture
+def hp_storage(hp_storage_dsn):
+    storage = JsonbStorage(hp_storage_dsn, history_preserving=True)
+    storage.cleanup()
+    yield storage
+    storage.close()
+
+
+class _TimedLock:
+    """psycopg's connection lock, but a wait of more than a few seconds is a deadlock."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        if not self._lock.acquire(timeout=5):
+            raise TimeoutError("the connection's lock was never granted: a COPY holds it")
+
+    def __exit__(self, *exc_info):
+        self._lock.release()
+
+    def acquire(self, *args, **kwargs):
+        return self._lock.acquire(*args, **kwargs)
+
+    def release(self):
+        self._lock.release()
+
+    def locked(self):
+        return self._lock.locked()
+
+
+@pytest.mark.parametrize("path", ["temporary table", "history-preserving"])
+def test_two_creations_of_one_oid_at_once_conflict_on_every_path(
+    storage_dsn, hp_storage_dsn, monkeypatch, path
+):
+    """docs/storage.md: two transactions creating one oid at once get a ConflictError for the
+    second. The direct COPY has the unique key for it; through the temporary table (beyond
+    DIRECT_MAX_BYTES, or history-preserving) the vote finds no row to lock, so the upsert would
+    overwrite the first transaction's object without the check after the commit lock."""
+    hp = path == "history-preserving"
+    dsn = hp_storage_dsn if hp else storage_dsn
+    monkeypatch.setattr(storage_module, "DIRECT_MAX_BYTES", 0)
+    first = JsonbStorage(dsn, history_preserving=hp)
+    first.cleanup()
+    second = JsonbStorage(dsn, history_preserving=hp)
+    oid = p64(10**12)
+    try:
+        t1, t2 = TransactionMetaData(), TransactionMetaData()
+        first.tpc_begin(t1)
+        _store_all(first, t1, [(oid, z64, 1)])
+        second.tpc_begin(t2)
+        _store_all(second, t2, [(oid, z64, 2)])
+        first.tpc_vote(t1)
+        outcome = []
+
+        def vote():
+            try:
+                second.tpc_vote(t2)
+                second.tpc_finish(t2)
+                outcome.append("committed")
+            except ConflictError as error:
+                outcome.append(error)
+                second.tpc_abort(t2)
+
+        thread = threading.Thread(target=vote)
+        thread.start()
+        time.sleep(0.3)  # the second vote waits for the commit lock
+        committed = first.tpc_finish(t1)
+        thread.join(30)
+        assert isinstance(outcome[0], ConflictError) and "created twice" in str(outcome[0])
+        assert _rows(dsn)[10**12] == (int.from_bytes(committed, "big"), 1)
+    finally:
+        first.close()
+        second.close()
+
+
+def _blob_rows(dsn):
+    """(blob ids the objects refer to, blob ids that have chunks)"""
+    with psycopg.connect(dsn) as conn:
+        referred = {b for (b,) in conn.execute("select blob_id from zodb_object_state where blob_id is not null")}
+        chunked = {b for (b,) in conn.execute("select distinct blob_id from zodb_blob_chunk")}
+    return referred, chunked
+
+
+def test_a_blob_stored_twice_in_one_transaction_leaves_one_upload(storage, storage_dsn, tmp_path):
+    """A blob changed, a savepoint, changed again: ZODB's Connection calls storeBlob twice for
+    the oid in one transaction. The first upload is referenced by nothing afterwards, and no
+    pack would find its chunks (pack removes the chunks of the rows it removes)."""
+    oid = storage.new_oid()
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    for n in range(2):
+        blob = tmp_path / f"blob{n}"
+        blob.write_bytes(b"version %d" % n)
+        storage.storeBlob(oid, z64, zodb_pickle(MinPO(n)), str(blob), "", t)
+        if n == 0:
+            storage._flush()  # the first row already in the temporary table
+    storage.tpc_vote(t)
+    tid = storage.tpc_finish(t)
+    referred, chunked = _blob_rows(storage_dsn)
+    assert len(referred) == 1 and referred == chunked
+    with open(storage.loadBlob(oid, tid), "rb") as blob_file:
+        assert blob_file.read() == b"version 1"
+
+
+def test_a_store_after_store_blob_in_one_transaction_keeps_the_blob(storage, storage_dsn, tmp_path):
+    """FileStorage keeps the blob stored for (oid, tid) when the object's state is stored again
+    in the same transaction without one; so does this storage, and the blob the object had
+    before goes as with any new blob."""
+    oid = storage.new_oid()
+    old = tmp_path / "old"
+    old.write_bytes(b"old")
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.storeBlob(oid, z64, zodb_pickle(MinPO(0)), str(old), "", t)
+    storage.tpc_vote(t)
+    first = storage.tpc_finish(t)
+    new = tmp_path / "new"
+    new.write_bytes(b"new")
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.storeBlob(oid, first, zodb_pickle(MinPO(1)), str(new), "", t)
+    storage.store(oid, first, zodb_pickle(MinPO(2)), "", t)
+    storage.tpc_vote(t)
+    second = storage.tpc_finish(t)
+    assert zodb_unpickle(storage.load(oid)[0]).value == 2
+    referred, chunked = _blob_rows(storage_dsn)
+    assert len(referred) == 1 and referred == chunked
+    storage._shared.cache.drop([int.from_bytes(oid, "big")])
+    blob_file = storage.loadBlob(oid, second)
+    os.remove(blob_file)  # not from the blob cache: from the database's chunks
+    with open(storage.loadBlob(oid, second), "rb") as blob_file:
+        assert blob_file.read() == b"new"
+
+
+def test_an_object_created_and_deleted_in_one_transaction_commits(storage, storage_dsn):
+    """deleteObject with serial zero (the object was created in this transaction, or never
+    committed): there is no row to expect, so no conflict."""
+    kept, gone = storage.new_oid(), storage.new_oid()
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    _store_all(storage, t, [(kept, z64, 1), (gone, z64, 2)])
+    storage.deleteObject(gone, z64, t)
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+    assert set(_rows(storage_dsn)) == {int.from_bytes(kept, "big")}
+
+
+class _Reference:
+    """Pickled by zodb_pickle as a persistent reference to ``oid``."""
+
+    def __init__(self, oid):
+        self._p_oid = oid
+
+
+def test_after_a_deletion_new_objects_still_skip_the_temporary_table(storage, storage_dsn):
+    """A deletion (or a pack) moves gc_tid past this instance's start, so every later vote
+    checks the references it adds against removed objects; the new objects' references go
+    along with that check, and their rows still take the direct COPY."""
+    gone, keeper = storage.new_oid(), storage.new_oid()
+    tid = _commit(storage, [(gone, z64, 0), (keeper, z64, 0)])
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.deleteObject(gone, tid, t)
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+    fresh = storage.new_oid()
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(fresh, z64, zodb_pickle(MinPO(1)), "", t)
+    storage.tpc_vote(t)
+    assert not storage._flushed and list(storage._direct) == [int.from_bytes(fresh, "big")]
+    storage.tpc_finish(t)
+    # A new object referring to the deleted one is refused, one referring to a live one is not.
+    for target, refused in ((gone, True), (keeper, False)):
+        holder = storage.new_oid()
+        t = TransactionMetaData()
+        storage.tpc_begin(t)
+        storage.store(holder, z64, zodb_pickle(MinPO(_Reference(target))), "", t)
+        if refused:
+            with pytest.raises(ReadConflictError, match="removed by pack"):
+                storage.tpc_vote(t)
+            storage.tpc_abort(t)
+        else:
+            storage.tpc_vote(t)
+            storage.tpc_finish(t)
+    with psycopg.connect(storage_dsn) as conn:
+        zoids = {zoid for (zoid,) in conn.execute("select zoid from zodb_object_state")}
+    assert int.from_bytes(fresh, "big") in zoids and int.from_bytes(gone, "big") not in zoids
+    assert len(zoids) == 3  # keeper, fresh and the holder of keeper
