@@ -48,6 +48,17 @@ def hp_storage_dsn(database_url):
     return dsn_with_schema(database_url, "zodb_hp")
 
 
+@pytest.fixture
+def hp_storage(hp_storage_dsn):
+    """An empty history-preserving JsonbStorage."""
+    from plone_connector.storage import JsonbStorage
+
+    storage = JsonbStorage(hp_storage_dsn, history_preserving=True)
+    storage.cleanup()
+    yield storage
+    storage.close()
+
+
 @pytest.fixture(scope="session")
 def hp_destination_dsn(database_url):
     """A second history-preserving storage, the destination of copy (recovery) tests."""

@@ -301,14 +301,6 @@ def test_lost_commit_answer_after_the_rows_were_overwritten_is_a_commit(storage,
         other_db.close()
 
 
-@pytest.fixture
-def hp_storage(hp_storage_dsn):
-    storage = JsonbStorage(hp_storage_dsn, history_preserving=True)
-    storage.cleanup()
-    yield storage
-    storage.close()
-
-
 @pytest.mark.parametrize("mode", ["history_free_restore", "history_preserving_undo"])
 def test_lost_commit_answer_of_a_transaction_that_only_deletes_is_a_commit(
     request, storage_dsn, hp_storage_dsn, lose_commit, mode

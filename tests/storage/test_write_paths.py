@@ -121,46 +121,6 @@ def test_a_new_object_whose_oid_exists_is_a_conflict_not_an_overwrite(storage, s
     assert _rows(storage_dsn)[int.from_bytes(oid, "big")] == (int.from_bytes(tid, "big"), 1)
 
 
-def test_two_processes_creating_one_oid_at_once_give_one_conflict(storage, storage_dsn):
-    other = JsonbStorage(storage_dsn)
-    oid = p64(10**12)  # made up by both, as an import with fixed oids might
-    listening = psycopg.connect(storage_dsn, autocommit=True)
-    listening.execute(f"listen {CHANNEL}")
-    try:
-        t1, t2 = TransactionMetaData(), TransactionMetaData()
-        storage.tpc_begin(t1)
-        _store_all(storage, t1, [(oid, z64, 1)])
-        other.tpc_begin(t2)
-        _store_all(other, t2, [(oid, z64, 2)])
-        storage.tpc_vote(t1)  # holds the commit lock until it finishes
-        outcome = []
-
-        def vote():
-            try:
-                other.tpc_vote(t2)
-                outcome.append("voted")
-            except ConflictError as error:
-                outcome.append(error)
-            finally:
-                other.tpc_abort(t2)
-
-        thread = threading.Thread(target=vote)
-        thread.start()
-        time.sleep(0.3)  # the second vote is waiting for the commit lock
-        assert not outcome
-        committed = storage.tpc_finish(t1)
-        thread.join(30)
-        assert isinstance(outcome[0], ConflictError) and "created twice" in str(outcome[0])
-        assert _rows(storage_dsn)[10**12][1] == 1
-        # The refused vote had taken the commit lock, whose statement queues the notification:
-        # its rollback took the notification along, and only the commit was announced.
-        payloads = [n.payload for n in listening.notifies(timeout=1.0)]
-        assert payloads == [str(int.from_bytes(committed, "big"))]
-    finally:
-        listening.close()
-        other.close()
-
-
 def _round_trips_under_the_commit_lock(storage, items):
     """Round trips of the store connection from the commit lock's statement to COMMIT, both
     included, counted in libpq's protocol trace (a ReadyForQuery ends each)."""
@@ -392,14 +352,6 @@ def test_undo_of_more_objects_than_a_batch(hp_storage):
     assert {storage.load(oid)[1] for oid in oids} == {undone}
 
 
-@pytest.fixture
-def hp_storage(hp_storage_dsn):
-    storage = JsonbStorage(hp_storage_dsn, history_preserving=True)
-    storage.cleanup()
-    yield storage
-    storage.close()
-
-
 class _TimedLock:
     """psycopg's connection lock, but a wait of more than a few seconds is a deadlock."""
 
@@ -423,47 +375,57 @@ class _TimedLock:
         return self._lock.locked()
 
 
-@pytest.mark.parametrize("path", ["temporary table", "history-preserving"])
-def test_two_creations_of_one_oid_at_once_conflict_on_every_path(
+@pytest.mark.parametrize("path", ["direct", "temporary table", "history-preserving"])
+def test_two_processes_creating_one_oid_at_once_give_one_conflict(
     storage_dsn, hp_storage_dsn, monkeypatch, path
 ):
-    """docs/storage.md: two transactions creating one oid at once get a ConflictError for the
-    second. The direct COPY has the unique key for it; through the temporary table (beyond
-    DIRECT_MAX_BYTES, or history-preserving) the vote finds no row to lock, so the upsert would
-    overwrite the first transaction's object without the check after the commit lock."""
+    """The second of two transactions creating one oid at once (an oid made up by both, as an
+    import with fixed oids might) gets a ConflictError, whichever way its rows take: the direct
+    COPY has the table's unique key; through the temporary table (beyond DIRECT_MAX_BYTES, or
+    history-preserving) the vote finds no row to lock, and a check under the commit lock keeps
+    the upsert from overwriting the first transaction's object."""
     hp = path == "history-preserving"
     dsn = hp_storage_dsn if hp else storage_dsn
-    monkeypatch.setattr(storage_module, "DIRECT_MAX_BYTES", 0)
+    if path != "direct":
+        monkeypatch.setattr(storage_module, "DIRECT_MAX_BYTES", 0)
     first = JsonbStorage(dsn, history_preserving=hp)
     first.cleanup()
     second = JsonbStorage(dsn, history_preserving=hp)
     oid = p64(10**12)
+    listening = psycopg.connect(dsn, autocommit=True)
+    listening.execute(f"listen {CHANNEL}")
     try:
         t1, t2 = TransactionMetaData(), TransactionMetaData()
         first.tpc_begin(t1)
         _store_all(first, t1, [(oid, z64, 1)])
         second.tpc_begin(t2)
         _store_all(second, t2, [(oid, z64, 2)])
-        first.tpc_vote(t1)
+        first.tpc_vote(t1)  # holds the commit lock until it finishes
         outcome = []
 
         def vote():
             try:
                 second.tpc_vote(t2)
-                second.tpc_finish(t2)
-                outcome.append("committed")
+                outcome.append("voted")
             except ConflictError as error:
                 outcome.append(error)
+            finally:
                 second.tpc_abort(t2)
 
         thread = threading.Thread(target=vote)
         thread.start()
-        time.sleep(0.3)  # the second vote waits for the commit lock
+        time.sleep(0.3)  # the second vote is waiting for the commit lock
+        assert not outcome
         committed = first.tpc_finish(t1)
         thread.join(30)
         assert isinstance(outcome[0], ConflictError) and "created twice" in str(outcome[0])
         assert _rows(dsn)[10**12] == (int.from_bytes(committed, "big"), 1)
+        # The refused vote had taken the commit lock, whose statement queues the notification:
+        # its rollback took the notification along, and only the commit was announced.
+        payloads = [n.payload for n in listening.notifies(timeout=1.0)]
+        assert payloads == [str(int.from_bytes(committed, "big"))]
     finally:
+        listening.close()
         first.close()
         second.close()
 
