@@ -713,7 +713,7 @@ class JsonbStorage(ConflictResolvingStorage):
             # Undoing the creation: the object goes away (if nothing changed it since).
             if not still_current:
                 raise ZODB.POSException.UndoError("Some data were modified by a later transaction", oid)
-            self._pending.pop(zoid, None)
+            self._forget_row(zoid)  # an earlier undo in this transaction may have written it
             self._deletes.add(zoid)
             self._prev_tids[zoid] = current_tid
             return
@@ -804,6 +804,7 @@ class JsonbStorage(ConflictResolvingStorage):
         self._batch_ids: list[str] = []
         self._undo_origins: dict[int, int | None] = {}
         self._metadata = (b"", b"", b"")
+        self._packed = False
         self._resolved: list[bytes] = []
         self._in_db_transaction = False
 
@@ -823,6 +824,9 @@ class JsonbStorage(ConflictResolvingStorage):
         self._reset_transaction()
         self._transaction = transaction
         self._restore_tid = u64(tid) if tid is not None else None
+        # A copied transaction that its source packed ("p"): the revisions an undo of it needs
+        # are gone there, so it stays out of undoLog here too.
+        self._packed = tid is not None and status == "p"
         extension = getattr(transaction, "extension", None)
         if extension is None:
             extension = getattr(transaction, "_extension", None) or {}
@@ -1057,7 +1061,7 @@ class JsonbStorage(ConflictResolvingStorage):
         with self._lock:
             if data is None:
                 # An undone creation: in history-free storage the object simply goes away.
-                self._pending.pop(u64(oid), None)
+                self._forget_row(u64(oid))
                 self._deletes.add(u64(oid))
                 return
             row = self._encode(oid, serial, data, self._uploaded.get(u64(oid)))
@@ -1071,7 +1075,9 @@ class JsonbStorage(ConflictResolvingStorage):
         self._check_transaction(transaction)
         with self._lock:
             blob_id = self._upload_blob(oid, blobfilename)
-            self._add_row(self._encode(oid, serial, data, blob_id))
+            row = self._encode(oid, serial, data, blob_id)
+            row.data_tid = u64(prev_txn) if prev_txn else None
+            self._add_row(row)
             self._blob_files[oid] = self._take_blob_file(blobfilename)
 
     @_store_side
@@ -1084,29 +1090,29 @@ class JsonbStorage(ConflictResolvingStorage):
         self._check_transaction(transaction)
         zoid = u64(oid)
         with self._lock:
-            if zoid in self._flushed:
-                # Stored earlier in this transaction: that row and its blob go too.
-                conn = self._begin_db_transaction()
-                (blob_id,) = conn.execute(
-                    "delete from zodb_temp_store where zoid = %s returning blob_id", (zoid,)
-                ).fetchone()
-                if blob_id is not None:
-                    conn.execute("delete from zodb_blob_chunk where blob_id = %s", (blob_id,))
-                self._flushed.discard(zoid)
-            row = self._pending.pop(zoid, None) or self._direct.pop(zoid, None)
-            if row is not None and row.blob_id is not None:
-                self._begin_db_transaction().execute(
-                    "delete from zodb_blob_chunk where blob_id = %s", (row.blob_id,)
-                )
-            blob_file = self._blob_files.pop(oid, None)
-            if blob_file is not None and os.path.exists(blob_file):
-                os.remove(blob_file)
-            self._uploaded.pop(zoid, None)
-            self._pickles.pop(zoid, None)
-            self._written.pop(zoid, None)
-            self._exact.pop(zoid, None)
+            self._forget_row(zoid)
             self._deletes.add(zoid)
             self._prev_tids[zoid] = u64(serial)
+
+    def _forget_row(self, zoid: int) -> None:
+        """The object goes away in this transaction: a row stored for it earlier in the
+        transaction goes too, wherever it waits, and the blob uploaded for it. (A row written by
+        an undo refers to an older revision's blob, which stays.)"""
+        oid = p64(zoid)
+        if zoid in self._flushed:
+            self._begin_db_transaction().execute("delete from zodb_temp_store where zoid = %s", (zoid,))
+            self._flushed.discard(zoid)
+        self._pending.pop(zoid, None)
+        self._direct.pop(zoid, None)
+        uploaded = self._uploaded.pop(zoid, None)
+        if uploaded is not None:
+            self._begin_db_transaction().execute("delete from zodb_blob_chunk where blob_id = %s", (uploaded,))
+        blob_file = self._blob_files.pop(oid, None)
+        if blob_file is not None and os.path.exists(blob_file):
+            os.remove(blob_file)
+        self._pickles.pop(zoid, None)
+        self._written.pop(zoid, None)
+        self._exact.pop(zoid, None)
 
     def checkCurrentSerialInTransaction(self, oid, serial, transaction):
         self._check_transaction(transaction)
@@ -1261,8 +1267,9 @@ class JsonbStorage(ConflictResolvingStorage):
     def _write_history(self, conn: psycopg.Connection, tid: int, written: list[int]) -> None:
         user, description, extension = self._metadata
         conn.execute(
-            "insert into zodb_transaction (tid, username, description, extension) values (%s, %s, %s, %s)",
-            (tid, user, description, extension),
+            "insert into zodb_transaction (tid, username, description, extension, packed)"
+            " values (%s, %s, %s, %s, %s)",
+            (tid, user, description, extension, self._packed),
         )
         if written:
             # A blob object stored without a new blob file keeps its blob (as the upsert does).
@@ -1311,9 +1318,10 @@ class JsonbStorage(ConflictResolvingStorage):
             finally:
                 self._resolving = False
             new_row = self._encode(oid, p64(committed), resolved, None)
+            # A merged state is no earlier revision's data: an undo's back pointer goes.
             conn.execute(
                 "update zodb_temp_store set prev_tid = %s, class_name = %s, state = %s::jsonb,"
-                " refs = %s, exact = %s where zoid = %s",
+                " refs = %s, exact = %s, data_tid = null where zoid = %s",
                 (committed, new_row.class_name, new_row.state_json, new_row.refs, new_row.exact, zoid),
             )
             self._pickles[zoid] = resolved
