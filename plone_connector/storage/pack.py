@@ -22,15 +22,19 @@ class PackError(StorageError):
     """Garbage collection cannot run safely on this database."""
 
 
+def _refuse_opaque(conn: psycopg.Connection, table: str, condition: str = "true") -> None:
+    opaque = conn.execute(f"select count(*) from {table} where class_name = '' and {condition}").fetchone()[0]
+    if opaque:
+        raise PackError(
+            f"{opaque} records are not ZODB pickles, so their references are unknown;"
+            " refusing to collect garbage (pack with gc=False)"
+        )
+
+
 def pack_history_free(dsn: str) -> list[bytes]:
     """Remove unreachable objects; return the oids of removed objects that had blobs."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        opaque = conn.execute("select count(*) from zodb_object_state where class_name = ''").fetchone()[0]
-        if opaque:
-            raise PackError(
-                f"{opaque} records are not ZODB pickles, so their references are unknown;"
-                " refusing to collect garbage (pack with gc=False)"
-            )
+        _refuse_opaque(conn, "zodb_object_state")
         conn.execute("begin isolation level repeatable read")
         (pack_tid,) = conn.execute("select tid from zodb_commit").fetchone()
         conn.execute("create temporary table zodb_pack_garbage (zoid bigint primary key)")
@@ -48,6 +52,9 @@ def pack_history_free(dsn: str) -> list[bytes]:
         try:
             conn.execute("begin")
             conn.execute("select tid from zodb_commit for update")
+            # Again under the lock: one committed since phase 1 would refer to objects that the
+            # rescue below cannot see.
+            _refuse_opaque(conn, "zodb_object_state")
             conn.execute(
                 """with recursive rescued (zoid) as (
                        select g.zoid from zodb_pack_garbage g
@@ -112,14 +119,7 @@ def pack_history_preserving(dsn: str, pack_tid: int, gc: bool) -> list[tuple[byt
         ).fetchall()
         gone: list[int] = []
         if gc:
-            opaque = conn.execute(
-                "select count(*) from zodb_object_history where class_name = '' and not deleted"
-            ).fetchone()[0]
-            if opaque:
-                raise PackError(
-                    f"{opaque} records are not ZODB pickles, so their references are unknown;"
-                    " refusing to collect garbage (pack with gc=False)"
-                )
+            _refuse_opaque(conn, "zodb_object_history", "not deleted")
             # Live: reachable from the root through any revision that remains (those current at
             # the pack time and every later one), so nothing a later state can reach goes away.
             conn.execute(

@@ -7,6 +7,7 @@ import os
 import random
 import threading
 import time
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -21,6 +22,8 @@ from ZODB.serialize import referencesf
 from ZODB.utils import z64
 
 from plone_connector.storage import JsonbStorage
+from plone_connector.storage import pack as pack_module
+from plone_connector.storage.pack import PackError
 from plone_connector.storage.storage import DisconnectedError
 
 
@@ -304,3 +307,73 @@ def test_deleteobject_of_an_object_stored_in_the_same_transaction(storage):
             assert pg.execute("select count(*) from zodb_blob_chunk").fetchone()[0] == 0
     finally:
         db.close()
+
+
+def _root_and_garbage(storage):
+    """Commit a root (oid 0) and an object nothing refers to; return the garbage's oid."""
+    from ZODB.tests.MinPO import MinPO
+    from ZODB.tests.StorageTestBase import zodb_pickle
+
+    garbage = storage.new_oid()
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(z64, z64, zodb_pickle(MinPO("root")), "", t)
+    storage.store(garbage, z64, zodb_pickle(MinPO("garbage")), "", t)
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+    return garbage
+
+
+def _commit_opaque(storage):
+    """A record that is not a ZODB pickle: kept exact, its references unknown."""
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(storage.new_oid(), z64, b"not a pickle", "", t)
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+
+
+def test_pack_refuses_garbage_collection_while_references_are_unknown(storage):
+    garbage = _root_and_garbage(storage)
+    _commit_opaque(storage)
+    with pytest.raises(PackError, match="not ZODB pickles"):
+        storage.pack(time.time(), referencesf)
+    storage.load(garbage)  # still there
+
+
+def test_a_record_with_unknown_references_committed_during_pack_stops_it(storage, storage_dsn, monkeypatch):
+    """Phase 1 marks without locks; a record whose references are unknown committed before
+    phase 2 could refer to what phase 1 called garbage, and the rescue cannot see that."""
+    garbage = _root_and_garbage(storage)
+    other = JsonbStorage(storage_dsn)
+
+    class Connection:
+        """pack's connection: commits the record just before phase 2 takes the commit lock."""
+
+        def __init__(self, conn):
+            self._conn = conn
+
+        def __enter__(self):
+            self._conn.__enter__()
+            return self
+
+        def __exit__(self, *exc_info):
+            return self._conn.__exit__(*exc_info)
+
+        def __getattr__(self, name):
+            return getattr(self._conn, name)
+
+        def execute(self, query, *args, **kwargs):
+            if "for update" in query:
+                _commit_opaque(other)
+            return self._conn.execute(query, *args, **kwargs)
+
+    monkeypatch.setattr(
+        pack_module, "psycopg", SimpleNamespace(connect=lambda *a, **k: Connection(psycopg.connect(*a, **k)))
+    )
+    try:
+        with pytest.raises(PackError, match="not ZODB pickles"):
+            storage.pack(time.time(), referencesf)
+    finally:
+        other.close()
+    storage.load(garbage)
