@@ -53,7 +53,11 @@ class InvalidationListener:
                         self.connected = True
                     while not self._stopping.is_set():
                         for notify in conn.notifies(timeout=0.1):
-                            tid = int(notify.payload)
+                            try:
+                                tid = int(notify.payload)
+                            except ValueError:  # not a storage's: anyone may notify the channel
+                                log.warning("ignored a notification on %s: %r", CHANNEL, notify.payload[:100])
+                                continue
                             with self._guard:
                                 self.last_tid = max(self.last_tid, tid)
                                 subscribers = list(self._subscribers)

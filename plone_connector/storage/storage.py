@@ -157,6 +157,27 @@ def _store_side(method):
     return wrapper
 
 
+def _current_on_main(method):
+    """Reads on the main instance (the DB's own: DB.history, db.storage.load, scripts) see the
+    database as it is now, like FileStorage's, in a snapshot of their own that ends with the
+    call. ZODB never polls the main instance, so a snapshot kept between calls would go stale
+    and, idle, hold back VACUUM. Inside a two-phase commit (copyTransactionsFrom, a direct
+    user of the storage API) the transaction's snapshot stays, as on any instance."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if not self._is_main or self._transaction is not None:
+            return method(self, *args, **kwargs)
+        with self._lock:  # reentrant: one call, one snapshot, even with other threads
+            self._snapshot_tid = None
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._end_snapshot()
+
+    return wrapper
+
+
 @dataclass
 class _Shared:
     """What a storage and all its instances share: configuration, oid-free state, the listener."""
@@ -320,6 +341,9 @@ class JsonbStorage(ConflictResolvingStorage):
     def _load(self) -> psycopg.Connection:
         if self._load_conn is None or self._load_conn.closed:
             conn = self._connect()
+            # psycopg's own prepared statements off: after one it answers every ROLLBACK (each
+            # new snapshot starts with one) with DEALLOCATE ALL, which would take ours along.
+            conn.prepare_threshold = None
             result = conn.pgconn.prepare(_FAST_LOAD_NAME, _FAST_LOAD_SQL, [_INT8_OID, _INT8_OID])
             if result.status != pq.ExecStatus.COMMAND_OK:
                 conn.close()
@@ -404,7 +428,21 @@ class JsonbStorage(ConflictResolvingStorage):
         self._shared.listener.subscribe(lambda tid: callback(p64(tid)))
 
     def afterCompletion(self) -> None:
-        pass  # the next poll_invalidations (always after completion) renews the snapshot
+        """End the read snapshot: ZODB calls this after every transaction and when a Connection
+        goes back to its pool, where an open snapshot could sit idle for hours holding back
+        VACUUM in the whole database. The next poll or read starts a new one."""
+        with self._lock:
+            self._end_snapshot()
+
+    def _end_snapshot(self) -> None:
+        self._snapshot_tid = None
+        conn = self._load_conn
+        if conn is None or conn.closed or conn.info.transaction_status == pq.TransactionStatus.IDLE:
+            return
+        try:
+            conn.execute("rollback")
+        except psycopg.OperationalError:
+            self._drop_load_conn()  # the snapshot ended with the connection
 
     def _new_snapshot(self, since: int | None) -> tuple[list[int], list[int], int]:
         """Start a new snapshot; return (oids, tids) changed after ``since``, and gc_tid."""
@@ -417,13 +455,16 @@ class JsonbStorage(ConflictResolvingStorage):
             # preserving: the history table also shows deletions (undone creations).
             table = "zodb_object_history" if self._hp else "zodb_object_state"
             select = _POLL.format(since=int(since), table=table)
-        query = "rollback; begin isolation level repeatable read read only; " + select
+        query = "begin isolation level repeatable read read only; " + select
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            query = "rollback; " + query
         try:
             tid, gc_tid, zoids, tids, state_format = _last_result(conn.execute(query)).fetchone()
         except psycopg.OperationalError:
             # A new snapshot is starting anyway, so a broken connection (server restart,
             # terminated backend) can be replaced here without losing anything.
             self._drop_load_conn()
+            query = query.removeprefix("rollback; ")  # a new connection has no transaction
             try:
                 tid, gc_tid, zoids, tids, state_format = _last_result(self._load().execute(query)).fetchone()
             except psycopg.OperationalError as error:
@@ -486,6 +527,7 @@ class JsonbStorage(ConflictResolvingStorage):
             self._drop_load_conn()
             raise DisconnectedError(f"database connection lost while loading: {error}") from error
 
+    @_current_on_main
     def load(self, oid: bytes, version: str = "") -> tuple[bytes, bytes]:
         zoid = u64(oid)
         cache = self._shared.cache
@@ -515,6 +557,7 @@ class JsonbStorage(ConflictResolvingStorage):
         self._remember(oid, tid, data)
         return data, tid
 
+    @_current_on_main
     def prefetch(self, oids) -> None:
         """Load many objects in one round trip into the process cache (ZODB's Connection.prefetch)."""
         cache = self._shared.cache
@@ -531,6 +574,7 @@ class JsonbStorage(ConflictResolvingStorage):
         for zoid, tid, class_name, state, exact in rows:
             cache.put(zoid, tid, self._record(p64(zoid), tid, class_name, state, exact), snapshot)
 
+    @_current_on_main
     def loadBefore(self, oid: bytes, tid: bytes):
         if self._hp:
             return self._load_before_hp(oid, tid)
@@ -560,6 +604,7 @@ class JsonbStorage(ConflictResolvingStorage):
             raise ZODB.POSException.POSKeyError(oid)  # its creation was undone
         return self._record(oid, start, class_name, state, exact), p64(start), (p64(end) if end else None)
 
+    @_current_on_main
     def loadSerial(self, oid: bytes, serial: bytes) -> bytes:
         if self._resolving:
             # tryToResolveConflict asks for the state the transaction started from.
@@ -584,6 +629,7 @@ class JsonbStorage(ConflictResolvingStorage):
             raise ZODB.POSException.POSKeyError(oid, serial)
         return self._record(oid, *row)
 
+    @_current_on_main
     def history(self, oid: bytes, size: int = 1):
         if not self._hp:
             data, serial = self.load(oid)
@@ -1384,8 +1430,12 @@ class JsonbStorage(ConflictResolvingStorage):
                         shutil.rmtree(self._shared.fshelper.getPathForOID(p64(zoid)), ignore_errors=True)
                 if f is not None:
                     f(tid)
-                # Our own commit is newer than the open snapshot.
-                self._snapshot_tid = None
+                # Our own commit is newer than the open snapshot. (ZODB ends an instance's with
+                # afterCompletion; nobody calls that on the main instance.)
+                if self._is_main:
+                    self._end_snapshot()
+                else:
+                    self._snapshot_tid = None
                 return tid
             finally:
                 self._end_transaction()
@@ -1462,12 +1512,14 @@ class JsonbStorage(ConflictResolvingStorage):
                             self._end_copy(ZODB.POSException.StorageError("transaction aborted"))
                         self._store_conn.execute("rollback")
                     except psycopg.Error:
-                        self._store_conn.close()
-                        self._store_conn = None
+                        self._drop_store_conn()
                 for filename in self._blob_files.values():
                     if os.path.exists(filename):
                         os.remove(filename)
-                self._snapshot_tid = None
+                if self._is_main:
+                    self._end_snapshot()
+                else:
+                    self._snapshot_tid = None
             finally:
                 self._end_transaction()
 
@@ -1477,6 +1529,7 @@ class JsonbStorage(ConflictResolvingStorage):
 
     # ------------------------------------------------------------------ blobs
 
+    @_current_on_main
     def loadBlob(self, oid: bytes, serial: bytes) -> str:
         fshelper = self._shared.fshelper
         filename = fshelper.getBlobFilename(oid, serial)
@@ -1489,8 +1542,10 @@ class JsonbStorage(ConflictResolvingStorage):
             conn = self._ensure_snapshot()
             if self._download_blob(conn, oid, serial, filename):
                 return filename
-        # Committed after our snapshot (e.g. read back right after our own commit).
+        # Committed after our snapshot (e.g. read back right after our own commit): a snapshot of
+        # its own, so that the row and its chunks are read as of one moment.
         with self._connect() as fresh:
+            fresh.execute("begin isolation level repeatable read read only")
             if self._download_blob(fresh, oid, serial, filename):
                 return filename
         raise ZODB.POSException.POSKeyError("No blob file", oid, serial)
@@ -1505,12 +1560,16 @@ class JsonbStorage(ConflictResolvingStorage):
             return False
         fd, partial = tempfile.mkstemp(suffix=".partial", dir=os.path.dirname(filename))
         try:
+            chunks = 0
             with os.fdopen(fd, "wb") as out, conn.cursor() as cur:
                 # Chunks stream one row at a time; the blob never sits in memory whole.
                 for (chunk,) in cur.stream(
                     "select chunk from zodb_blob_chunk where blob_id = %s order by chunk_num", (row[0],)
                 ):
                     out.write(chunk)
+                    chunks += 1
+            if not chunks:  # every blob has one chunk at least (an empty one for an empty file)
+                raise ZODB.POSException.POSKeyError("No blob chunks", oid, serial)
             os.chmod(partial, 0o444)
             # Atomic: processes sharing the cache directory never see a partial file.
             os.replace(partial, filename)
