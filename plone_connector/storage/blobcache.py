@@ -20,6 +20,9 @@ import time
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".cleanup.lock"
+# A download writes a ``.partial`` file and renames it when complete; one this old was left by a
+# process that died while downloading.
+STALE_PARTIAL_SECONDS = 3600
 
 
 class BlobCacheLimit:
@@ -85,7 +88,10 @@ class BlobCacheLimit:
                 fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return 0
-            files, total = self._blob_files()
+            files, total, stale = self._blob_files()
+            for path in stale:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
             if total <= self.size:
                 return 0
             target = self.size - self.check
@@ -99,14 +105,22 @@ class BlobCacheLimit:
                     removed += nbytes
             return removed
 
-    def _blob_files(self) -> tuple[list[tuple[float, int, str]], int]:
-        files, total = [], 0
+    def _blob_files(self) -> tuple[list[tuple[float, int, str]], int, list[str]]:
+        """(atime, size, path) of each blob file, their total size, and stale partial downloads."""
+        files, total, stale = [], 0, []
+        too_old = time.time() - STALE_PARTIAL_SECONDS
         for folder, subfolders, names in os.walk(self.blob_dir):
             if folder == self.blob_dir:
                 subfolders[:] = [name for name in subfolders if os.path.join(folder, name) != self.temp_dir]
             for name in names:
+                if name.endswith(".partial"):
+                    path = os.path.join(folder, name)
+                    with contextlib.suppress(FileNotFoundError):
+                        if os.stat(path).st_mtime < too_old:
+                            stale.append(path)
+                    continue
                 if not name.endswith(".blob"):
-                    continue  # partial downloads, the layout marker, the lock
+                    continue  # the layout marker, the lock
                 path = os.path.join(folder, name)
                 try:
                     status = os.stat(path)
@@ -114,4 +128,4 @@ class BlobCacheLimit:
                     continue
                 files.append((status.st_atime, status.st_size, path))
                 total += status.st_size
-        return files, total
+        return files, total, stale

@@ -1560,7 +1560,7 @@ class JsonbStorage(ConflictResolvingStorage):
             return False
         fd, partial = tempfile.mkstemp(suffix=".partial", dir=os.path.dirname(filename))
         try:
-            chunks = 0
+            chunks = size = 0
             with os.fdopen(fd, "wb") as out, conn.cursor() as cur:
                 # Chunks stream one row at a time; the blob never sits in memory whole.
                 for (chunk,) in cur.stream(
@@ -1568,13 +1568,15 @@ class JsonbStorage(ConflictResolvingStorage):
                 ):
                     out.write(chunk)
                     chunks += 1
+                    size += len(chunk)
             if not chunks:  # every blob has one chunk at least (an empty one for an empty file)
                 raise ZODB.POSException.POSKeyError("No blob chunks", oid, serial)
             os.chmod(partial, 0o444)
-            # Atomic: processes sharing the cache directory never see a partial file.
+            # Atomic: processes sharing the cache directory never see a partial file. (A cleanup
+            # may remove it right after; the caller's open then downloads it again.)
             os.replace(partial, filename)
             if self._shared.blob_cache is not None:
-                self._shared.blob_cache.added(os.path.getsize(filename))
+                self._shared.blob_cache.added(size)
         except BaseException:
             if os.path.exists(partial):
                 os.remove(partial)

@@ -15,6 +15,7 @@ import ZODB.blob
 import ZODB.config
 from transaction.interfaces import TransientError
 
+from plone_connector.storage import JsonbStorage
 from plone_connector.storage.blobcache import BlobCacheLimit
 from plone_connector.storage.storage import CommitLockTimeout
 
@@ -162,3 +163,47 @@ def test_blob_cache_cleanup_removes_the_least_recently_used_files_first(tmp_path
     assert sorted(p.name for p in (blob_dir / "0x01").iterdir()) == ["0.blob", "1.blob"]
     assert (blob_dir / "tmp" / "pending.blob").exists()
     assert limit.clean() == 0  # under the limit: nothing to do
+
+
+def test_blob_cache_cleanup_removes_partial_downloads_left_by_a_dead_process(tmp_path):
+    blob_dir = tmp_path / "blobs"
+    folder = blob_dir / "0x01"
+    folder.mkdir(parents=True)
+    stale, fresh = folder / "abc.partial", folder / "def.partial"
+    for path in (stale, fresh):
+        path.write_bytes(b"x" * 10)
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    limit = BlobCacheLimit(str(blob_dir), str(blob_dir / "tmp"), size=3500, check_percent=20)
+    assert limit.clean() == 0  # under the limit: no blob file goes
+    assert not stale.exists() and fresh.exists()  # a download may still be writing this one
+
+
+def test_a_blob_removed_by_a_cleanup_right_after_its_download_still_loads(storage_dsn, tmp_path, monkeypatch):
+    """A cleanup in another thread or process may remove a file the moment it is renamed into
+    place; loadBlob must not fail on it (the caller's open downloads it again)."""
+    storage = JsonbStorage(storage_dsn, blob_dir=str(tmp_path / "blobs"), blob_cache_size=10**6)
+    storage.cleanup()
+    try:
+        db = ZODB.DB(storage)
+        with db.transaction() as conn:
+            conn.root()["file"] = ZODB.blob.Blob(b"content")
+        with db.transaction() as conn:
+            blob = conn.root()["file"]
+            blob._p_activate()
+            oid, serial = blob._p_oid, blob._p_serial
+        os.remove(storage.loadBlob(oid, serial))
+        replace = os.replace
+
+        def replace_then_clean(source, target):
+            replace(source, target)
+            os.remove(target)
+
+        monkeypatch.setattr(os, "replace", replace_then_clean)
+        storage.loadBlob(oid, serial)
+        monkeypatch.undo()
+        with storage.openCommittedBlobFile(oid, serial) as blob_file:
+            assert blob_file.read() == b"content"
+        db.close()
+    finally:
+        storage.close()
