@@ -146,6 +146,13 @@ def pack_history_preserving(dsn: str, pack_tid: int, gc: bool) -> list[tuple[byt
                     "update zodb_commit set tid = greatest(tid + 1, zodb_now_tid()),"
                     " gc_tid = greatest(tid + 1, zodb_now_tid())"
                 )
+        # A back pointer to a revision the pack removed points nowhere: the revision holds its
+        # state itself now (FileStorage's pack copies such data into the record the same way).
+        conn.execute(
+            """update zodb_object_history h set data_tid = null
+               where h.data_tid is not null and h.data_tid <> h.tid and not exists (
+                   select 1 from zodb_object_history o where o.zoid = h.zoid and o.tid = h.data_tid)"""
+        )
         conn.execute("update zodb_transaction set packed = true where tid <= %s and not packed", (pack_tid,))
         conn.execute(
             """delete from zodb_transaction t where t.tid <= %s

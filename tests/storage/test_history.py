@@ -222,3 +222,28 @@ def test_undo_of_a_blob_change_and_the_creation_keeps_the_older_blob(hp_storage_
                 assert blob_file.read() == content
     finally:
         storage.close()
+
+
+def test_a_back_pointer_to_a_revision_removed_by_pack_goes_with_it(hp_storage):
+    """An undo's revision points back at the revision whose state it restored; once a pack
+    removed that one, the iterator must not name a transaction that no longer has it (as
+    FileStorage, whose pack copies the data into the record)."""
+    import time as clock
+
+    from ZODB.serialize import referencesf
+
+    storage = hp_storage
+    t0 = _commit(storage, [(z64, z64, 0)])
+    t1 = _commit(storage, [(z64, t0, 1)])
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.undo(t1, t)
+    storage.tpc_vote(t)
+    t2 = storage.tpc_finish(t)
+    (record,) = [r for txn in storage.iterator(t2, t2) for r in txn]
+    assert record.data_txn == t0
+    clock.sleep(0.01)
+    storage.pack(clock.time(), referencesf)
+    records = [(txn.tid, r.data_txn) for txn in storage.iterator() for r in txn]
+    assert records == [(t2, None)]
+    assert storage.loadSerial(z64, t2) == storage.load(z64)[0]
