@@ -446,7 +446,11 @@ class JsonbStorage(ConflictResolvingStorage):
 
     def _new_snapshot(self, since: int | None) -> tuple[list[int], list[int], int]:
         """Start a new snapshot; return (oids, tids) changed after ``since``, and gc_tid."""
-        conn = self._load()
+        try:
+            conn = self._load()
+        except psycopg.OperationalError as error:
+            self._drop_load_conn()
+            raise DisconnectedError(f"cannot reach the database: {error}") from error
         if since is None:
             select = "select tid, gc_tid, null::bigint[], null::bigint[], state_format from zodb_commit"
         else:
@@ -492,7 +496,17 @@ class JsonbStorage(ConflictResolvingStorage):
             cache = self._shared.cache
             first = self._polled_tid is None
             since = cache.horizon if first else self._polled_tid
-            zoids, tids, gc_tid = self._new_snapshot(since)
+            try:
+                zoids, tids, gc_tid = self._new_snapshot(since)
+            except DisconnectedError as error:
+                # ZODB polls right after a commit too: raising here would report a committed
+                # transaction as failed (and a retry would run it twice). Answer "invalidate
+                # everything" instead; the transaction's first read starts a snapshot, and
+                # raises if the database is still out of reach.
+                log.warning("poll failed, the connection's whole cache is invalidated: %s", error)
+                self._snapshot_tid = None
+                self._polled_tid = None  # the next snapshot's tid, once a read starts one
+                return None
             snapshot = self._snapshot_tid
             cache.advance(snapshot if since is None else since, snapshot, zoids, tids or [], gc_tid)
             own = self._own_tid
@@ -567,10 +581,14 @@ class JsonbStorage(ConflictResolvingStorage):
             wanted = [u64(oid) for oid in oids if cache.current(u64(oid), snapshot) is None]
             if not wanted:
                 return
-            rows = self._load_conn.execute(
-                "select zoid, tid, class_name, state, exact from zodb_object_state where zoid = any(%s)",
-                (wanted,),
-            ).fetchall()
+            try:
+                rows = self._load_conn.execute(
+                    "select zoid, tid, class_name, state, exact from zodb_object_state where zoid = any(%s)",
+                    (wanted,),
+                ).fetchall()
+            except psycopg.OperationalError as error:
+                self._drop_load_conn()
+                raise DisconnectedError(f"database connection lost while loading: {error}") from error
         for zoid, tid, class_name, state, exact in rows:
             cache.put(zoid, tid, self._record(p64(zoid), tid, class_name, state, exact), snapshot)
 
@@ -851,6 +869,10 @@ class JsonbStorage(ConflictResolvingStorage):
         self._undo_origins: dict[int, int | None] = {}
         self._metadata = (b"", b"", b"")
         self._packed = False
+        # Something this transaction's database transaction must keep (rows, blob chunks) was
+        # sent; and the vote went through.
+        self._sent = False
+        self._voted = False
         self._resolved: list[bytes] = []
         self._in_db_transaction = False
 
@@ -899,6 +921,12 @@ class JsonbStorage(ConflictResolvingStorage):
         statement: a COPY still open into the temporary table is ended first (while it is
         open, psycopg holds the connection's lock; any other statement would wait forever)."""
         if not self._in_db_transaction:
+            if self._sent:
+                # Rows or blob chunks went out in a database transaction that the server has
+                # dropped with the connection: going on would commit the rest alone.
+                raise DisconnectedError(
+                    "the database connection was lost earlier in this transaction; it must be aborted"
+                )
             self._outside_transaction("begin")
             self._in_db_transaction = True
         elif self._copy is not None:
@@ -910,6 +938,7 @@ class JsonbStorage(ConflictResolvingStorage):
         parses them while this process pickles and encodes the next ones."""
         if self._copy is None:
             conn = self._begin_db_transaction()
+            self._sent = True
             if self._temp_rows >= TEMP_TRUNCATE_ROWS and not self._flushed:
                 # Only while none of this transaction's rows are in the table: a COPY reopened
                 # later in a transaction (after a new oid block, a blob upload, at vote) must
@@ -1077,6 +1106,7 @@ class JsonbStorage(ConflictResolvingStorage):
         upload of the object's blob earlier in this transaction (a change, a savepoint, another
         change) is referenced by nothing from now on: its chunks go."""
         conn = self._begin_db_transaction()
+        self._sent = True
         earlier = self._uploaded.pop(u64(oid), None)
         if earlier is not None:
             conn.execute("delete from zodb_blob_chunk where blob_id = %s", (earlier,))
@@ -1168,7 +1198,9 @@ class JsonbStorage(ConflictResolvingStorage):
         self._check_transaction(transaction)
         with self._lock:
             try:
-                return self._vote()
+                resolved = self._vote()
+                self._voted = True
+                return resolved
             except psycopg.errors.DeadlockDetected as error:
                 raise ZODB.POSException.ConflictError(f"deadlock while locking objects: {error}") from error
             except psycopg.errors.UniqueViolation as error:
@@ -1404,8 +1436,8 @@ class JsonbStorage(ConflictResolvingStorage):
         self._check_transaction(transaction)
         with self._lock:
             try:
-                if self._tid is None:
-                    raise ZODB.POSException.StorageTransactionError("tpc_finish without tpc_vote")
+                if not self._voted:
+                    raise ZODB.POSException.StorageTransactionError("tpc_finish without a successful tpc_vote")
                 self._commit_or_verify()
                 if self._exact:
                     self._count_exact(self._tid)
@@ -1442,8 +1474,10 @@ class JsonbStorage(ConflictResolvingStorage):
 
     def _commit_or_verify(self) -> None:
         try:
-            self._store_conn.execute("commit")
+            status = self._store_conn.execute("commit").statusmessage
             self._in_db_transaction = False
+            if status != "COMMIT":  # a transaction in error: PostgreSQL rolls it back
+                raise ZODB.POSException.StorageError(f"the database did not commit ({status})")
             return
         except psycopg.OperationalError as error:
             self._drop_store_conn()

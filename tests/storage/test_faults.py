@@ -371,3 +371,103 @@ def test_lost_commit_running_too_long_is_ended_and_reported_transient(storage, s
     storage.tpc_vote(t)
     storage.tpc_finish(t)
     assert _objects(storage) == 3
+
+
+# -- found in a review of the fault paths (stop 19) --
+
+
+def _terminate(dsn, pid):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("select pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+    time.sleep(0.05)
+
+
+def _unreachable(self):
+    raise psycopg.OperationalError("connection refused (the server is restarting)")
+
+
+def test_reads_after_the_load_connection_was_dropped_fail_transiently(storage, storage_dsn, monkeypatch):
+    """afterCompletion finds the load connection broken and drops it (it must not raise). With
+    the server still out of reach, reconnecting must give the transient DisconnectedError, not a
+    bare psycopg.OperationalError that transaction managers would not retry."""
+    instance = storage.new_instance()
+    try:
+        instance.poll_invalidations()
+        instance.lastTransaction()
+        assert instance._load_conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        _terminate(storage_dsn, instance._load_conn.info.backend_pid)
+        monkeypatch.setattr(JsonbStorage, "_connect", _unreachable)
+        instance.afterCompletion()  # does not raise, drops the connection
+        assert instance._load_conn is None
+        instance.sync(False)
+        # The poll itself does not raise (ZODB polls right after commits too): it invalidates
+        # the whole cache, and the first read raises the transient error.
+        assert instance.poll_invalidations() is None
+        with pytest.raises(DisconnectedError):
+            instance.load(b"\0" * 8)
+    finally:
+        monkeypatch.undo()
+        instance.release()
+
+
+def test_a_durable_commit_is_not_reported_as_failed_when_the_load_connection_broke(
+    storage, storage_dsn, monkeypatch
+):
+    """The store connection commits; ZODB then calls afterCompletion and polls. A load
+    connection lost meanwhile (server restarting) must not make tm.commit() raise: the
+    transaction is committed, and a retry would run it twice."""
+    db = ZODB.DB(storage)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        conn.root()["doc"] = PersistentMapping(v=1)
+        tm.commit()  # the store connection exists from here on
+        conn.root()["doc"]["v"] = 2
+        oid = conn.root()["doc"]._p_oid
+        instance = conn._storage
+        _terminate(storage_dsn, instance._load_conn.info.backend_pid)
+        monkeypatch.setattr(JsonbStorage, "_connect", _unreachable)
+        try:
+            tm.commit()
+        finally:
+            monkeypatch.undo()
+        with psycopg.connect(storage_dsn) as pg:
+            (value,) = pg.execute(
+                "select (state #>> '{data,v}')::int from zodb_object_state where zoid = %s", (u64(oid),)
+            ).fetchone()
+        assert value == 2
+        tm.begin()  # reachable again: the Connection reads on
+        assert conn.root()["doc"]["v"] == 2
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_a_transaction_whose_store_connection_broke_never_commits_in_part(storage, storage_dsn):
+    """A broken store connection takes the rows already streamed to the server along; a caller
+    that goes on after the DisconnectedError (or another thread of the main instance, whose
+    new_oid met the broken connection) must not commit the rest alone."""
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    oids = [storage.new_oid() for _ in range(150)]
+    for oid in oids:
+        storage.store(oid, b"\0" * 8, zodb_pickle(MinPO(1)), "", t)
+    storage.tpc_vote(t)
+    tid = storage.tpc_finish(t)
+
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    for oid in oids:  # changes: 100 streamed into the temporary table, 50 waiting
+        storage.store(oid, tid, zodb_pickle(MinPO(2)), "", t)
+    assert storage._flushed
+    _terminate(storage_dsn, storage._store_conn.info.backend_pid)
+    storage._oid_pool.clear()  # the next new_oid needs the (broken) connection
+    with pytest.raises(DisconnectedError):
+        storage.new_oid()
+    storage.new_oid()  # oids need no transaction: it reconnects
+    with pytest.raises(DisconnectedError, match="lost earlier in this transaction"):
+        storage.tpc_vote(t)
+    storage.tpc_abort(t)
+    storage._shared.cache.clear()
+    values = {zodb_unpickle(storage.load(oid)[0]).value for oid in oids}
+    assert len(values) == 1, "part of the transaction committed"

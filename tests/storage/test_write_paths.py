@@ -18,7 +18,7 @@ import time
 import psycopg
 import pytest
 from ZODB.Connection import TransactionMetaData
-from ZODB.POSException import ConflictError, ReadConflictError
+from ZODB.POSException import ConflictError, ReadConflictError, StorageTransactionError
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle, zodb_unpickle
 from ZODB.utils import p64, z64
@@ -544,3 +544,27 @@ def test_after_a_deletion_new_objects_still_skip_the_temporary_table(storage, st
         zoids = {zoid for (zoid,) in conn.execute("select zoid from zodb_object_state")}
     assert int.from_bytes(fresh, "big") in zoids and int.from_bytes(gone, "big") not in zoids
     assert len(zoids) == 3  # keeper, fresh and the holder of keeper
+
+
+def test_finish_after_a_failed_vote_commits_nothing(storage, storage_dsn):
+    """ZODB never calls tpc_finish after a vote raised; a caller that does must get an error,
+    not a commit of what the failed vote left. Here the vote fails after taking the commit lock
+    and its tid (a new reference to an object deleted since the instance started)."""
+    gone = storage.new_oid()
+    tid = _commit(storage, [(gone, z64, 0)])
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.deleteObject(gone, tid, t)
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+    holder = storage.new_oid()
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(holder, z64, zodb_pickle(MinPO(_Reference(gone))), "", t)
+    with pytest.raises(ReadConflictError):
+        storage.tpc_vote(t)
+    assert storage._tid is not None  # the failed vote had its tid
+    with pytest.raises(StorageTransactionError):
+        storage.tpc_finish(t)
+    storage.tpc_abort(t)
+    assert _rows(storage_dsn) == {}
