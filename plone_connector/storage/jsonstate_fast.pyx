@@ -768,6 +768,44 @@ cdef class _Tree:
                 return False
         return True
 
+    cdef int check_pair_keys(self, FNode *node) except -1:
+        """Keys written as @dict pairs must be what the unpickled dict holds: hashable, and each
+        once as Python compares them (1, 1.0 and True are one key; a SETITEMS naming a key twice
+        keeps the last value). Anything else is not this subset: the reference decides."""
+        cdef set keys = set()
+        cdef int child = node.first
+        cdef bint is_key = True
+        while child >= 0:
+            if is_key:
+                key = self.key_object(&self.nodes[self.slots[child].node])
+                if key in keys:
+                    raise _NotPlain()
+                keys.add(key)
+            is_key = not is_key
+            child = self.slots[child].next
+        return 0
+
+    cdef object key_object(self, FNode *key):
+        """A dict key as a Python value that compares as the unpickled key would."""
+        if key.kind == K_INT:
+            return key.ival
+        if key.kind == K_TRUE:
+            return True
+        if key.kind == K_FALSE:
+            return False
+        if key.kind == K_FLOAT:
+            return key.fval
+        if key.kind == K_NONE:
+            return None
+        if key.kind == K_STR:
+            try:
+                return PyUnicode_DecodeUTF8(<const char *>self.data + key.pstart, key.pend - key.pstart, "surrogatepass")
+            except UnicodeDecodeError:
+                raise _NotPlain()
+        if key.kind == K_BYTES:
+            return PyBytes_FromStringAndSize(<const char *>self.data + key.pstart, key.pend - key.pstart)
+        raise _NotPlain()  # containers (unhashable, or holding something that may be), references, globals
+
     cdef bint key_less(self, int a, int b):
         # Keys are texts: shorter first, then by their UTF-8 bytes (jsonb's order).
         cdef FNode *x = &self.nodes[self.slots[a].node]
@@ -824,6 +862,7 @@ cdef class _Tree:
             json_text(out, self.data + node.pstart, node.pend - node.pstart)
         elif kind == K_DICT and not self.plain_keys(node):
             # Keys that are not all texts, or one key that would read as a tag: pairs.
+            self.check_pair_keys(node)
             out_write(out, b'{"@dict":[', 10)
             child = node.first
             i = 0
@@ -1434,6 +1473,11 @@ cdef class _Decoder:
         out_write(&self.out, PyBytes_AS_STRING(keys) + start, end - start)
         self.p = positions[2 * index + 1]
         self.value(depth + 1)
+        # The value ends where the member does (skip_value found the end by delimiters only:
+        # "01", "1x" or "nullnull" must not pass as the value read first).
+        self.skip_ws()
+        if self.p >= self.size or (self.text[self.p] != 44 and self.text[self.p] != 125):
+            raise _NotPlain()
         return 0
 
     cdef int key_compare(self, int a, int b, Py_ssize_t *positions):
