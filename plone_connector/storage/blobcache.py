@@ -27,10 +27,7 @@ STALE_PARTIAL_SECONDS = 3600
 
 class BlobCacheLimit:
     def __init__(self, blob_dir: str, temp_dir: str, size: int, check_percent: int):
-        if size <= 0:
-            raise ValueError(f"blob cache size must be positive, not {size}")
-        if not 0 < check_percent < 100:
-            raise ValueError(f"blob cache size check must be a percentage from 1 to 99, not {check_percent}")
+        self.check_options(size, check_percent)
         self.blob_dir = blob_dir
         self.temp_dir = temp_dir  # uncommitted files: not the cache's
         self.size = size
@@ -39,6 +36,14 @@ class BlobCacheLimit:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._wanted = False  # files came in since the running cleanup began
+
+    @staticmethod
+    def check_options(size: int | None, check_percent: int) -> None:
+        """ValueError for a size that is not positive or a check that is not a percentage."""
+        if size is not None and size <= 0:
+            raise ValueError(f"blob cache size must be positive, not {size}")
+        if not 0 < check_percent < 100:
+            raise ValueError(f"blob cache size check must be a percentage from 1 to 99, not {check_percent}")
 
     def added(self, nbytes: int) -> None:
         """Note a file of ``nbytes`` put in the cache; start a cleanup when enough came in."""

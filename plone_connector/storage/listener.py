@@ -21,8 +21,9 @@ log = logging.getLogger(__name__)
 
 
 class InvalidationListener:
-    def __init__(self, dsn: str, retry_seconds: float = 1.0):
+    def __init__(self, dsn: str, retry_seconds: float = 1.0, connect_timeout: int = 10):
         self._dsn = dsn
+        self._connect_timeout = connect_timeout
         self._retry_seconds = retry_seconds
         self._stopping = threading.Event()
         self._guard = threading.Lock()
@@ -46,7 +47,7 @@ class InvalidationListener:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                with psycopg.connect(self._dsn, autocommit=True) as conn:
+                with psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._connect_timeout) as conn:
                     conn.execute(f"listen {CHANNEL}")
                     with self._guard:
                         self.epoch += 1

@@ -15,6 +15,10 @@ from plone_connector.storage import jsonstate
 
 # Arbitrary but fixed: the advisory lock key of this storage's migrations ("zodb" in ASCII).
 MIGRATION_LOCK = 0x7A6F6462
+# The catalog service's migration lock ("cata"), also taken while this storage creates the one
+# table they share (catalog_txn_outcome): two "create table if not exists" of one table at once
+# fail in one of the two transactions.
+CATALOG_MIGRATION_LOCK = 0x63617461
 
 # ZODB's TimeStamp packs (minutes since 1900-01-01, seconds * 2**32 / 60) into 8 bytes. Computing
 # it in SQL lets the committing transaction take its tid from the database clock under the commit
@@ -127,9 +131,12 @@ def migrate(conn: psycopg.Connection, history_preserving: bool, *, read_only: bo
     """Bring the schema to the latest version; return the version. Safe to run concurrently.
 
     Also checks the state format version recorded in the database and, unless ``read_only``,
-    raises it to this code's, so older code refuses a database it could misread.
+    raises it to this code's, so older code refuses a database it could misread. ``read_only``
+    writes nothing (a replica refuses writes): the schema must be there and current.
     """
     with conn.transaction():
+        if read_only:
+            return _check_read_only(conn, history_preserving)
         conn.execute("select pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
         conn.execute(
             """create table if not exists zodb_schema_version (
@@ -138,6 +145,8 @@ def migrate(conn: psycopg.Connection, history_preserving: bool, *, read_only: bo
                    applied timestamptz not null default now())"""
         )
         applied = {row[0] for row in conn.execute("select version from zodb_schema_version")}
+        if any(version not in applied for version, _, _ in MIGRATIONS):
+            conn.execute("select pg_advisory_xact_lock(%s)", (CATALOG_MIGRATION_LOCK,))
         for version, description, statements in MIGRATIONS:
             if version in applied:
                 continue
@@ -155,14 +164,35 @@ def migrate(conn: psycopg.Connection, history_preserving: bool, *, read_only: bo
         newest = max(applied | {v for v, _, _ in MIGRATIONS})
         if newest > LATEST:
             raise SchemaError(f"database schema version {newest} is newer than this code ({LATEST})")
-        (stored_mode,) = conn.execute("select history_preserving from zodb_commit").fetchone()
-        if stored_mode != history_preserving:
-            raise SchemaError(
-                f"database was created with history_preserving={stored_mode}, "
-                f"opened with history_preserving={history_preserving}"
-            )
-        (written,) = conn.execute("select state_format from zodb_commit").fetchone()
-        check_state_format(written)
-        if written < jsonstate.FORMAT_VERSION and not read_only:
+        written = _check_mode_and_format(conn, history_preserving)
+        if written < jsonstate.FORMAT_VERSION:
             conn.execute("update zodb_commit set state_format = %s", (jsonstate.FORMAT_VERSION,))
     return LATEST
+
+
+def _check_read_only(conn: psycopg.Connection, history_preserving: bool) -> int:
+    if conn.execute("select to_regclass('zodb_schema_version')").fetchone()[0] is None:
+        raise SchemaError("no storage schema in this database: open it once read-write to create it")
+    applied = {row[0] for row in conn.execute("select version from zodb_schema_version")}
+    newest = max(applied, default=0)
+    if newest > LATEST:
+        raise SchemaError(f"database schema version {newest} is newer than this code ({LATEST})")
+    missing = sorted(version for version, _, _ in MIGRATIONS if version not in applied)
+    if missing:
+        raise SchemaError(
+            f"database schema lacks migrations {missing} of this code; a read-only storage does not"
+            " migrate: open it once read-write (on the primary)"
+        )
+    _check_mode_and_format(conn, history_preserving)
+    return LATEST
+
+
+def _check_mode_and_format(conn: psycopg.Connection, history_preserving: bool) -> int:
+    (stored_mode, written) = conn.execute("select history_preserving, state_format from zodb_commit").fetchone()
+    if stored_mode != history_preserving:
+        raise SchemaError(
+            f"database was created with history_preserving={stored_mode}, "
+            f"opened with history_preserving={history_preserving}"
+        )
+    check_state_format(written)
+    return written

@@ -274,10 +274,18 @@ class JsonbStorage(ConflictResolvingStorage):
         _shared: _Shared | None = None,
     ):
         if _shared is None:
+            # Options first: a bad one leaves nothing behind (no schema change, no directory).
             if commit_lock_timeout < 0:
                 raise ValueError(f"commit_lock_timeout must be 0 (no limit) or more, not {commit_lock_timeout}")
+            if cache_mb < 0:
+                raise ValueError(f"cache_mb must be 0 (no cache) or more, not {cache_mb}")
+            BlobCacheLimit.check_options(blob_cache_size, blob_cache_size_check)
             with psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout) as conn:
                 migrate(conn, history_preserving, read_only=read_only)
+                # A replica (in recovery) refuses LISTEN: its storages poll.
+                if listen and read_only and conn.execute("select pg_is_in_recovery()").fetchone()[0]:
+                    log.info("read-only storage on a server in recovery: no LISTEN, polls only")
+                    listen = False
             temporary = blob_dir is None
             if temporary:
                 blob_dir = tempfile.mkdtemp(prefix="jsonb-blobs-")
@@ -295,7 +303,7 @@ class JsonbStorage(ConflictResolvingStorage):
                 blob_dir=blob_dir,
                 blob_dir_is_temporary=temporary,
                 fshelper=fshelper,
-                listener=InvalidationListener(dsn) if listen else None,
+                listener=InvalidationListener(dsn, connect_timeout=connect_timeout) if listen else None,
                 connect_timeout=connect_timeout,
                 cache=StateCache(cache_mb << 20),
                 pack_gc=pack_gc,
@@ -407,6 +415,8 @@ class JsonbStorage(ConflictResolvingStorage):
     # ------------------------------------------------------------------ MVCC
 
     def new_instance(self) -> JsonbStorage:
+        if self._closed:
+            raise StorageClosedError(self.__name__)
         return JsonbStorage(self._shared.dsn, history_preserving=self._hp, _shared=self._shared)
 
     def release(self) -> None:
@@ -823,6 +833,8 @@ class JsonbStorage(ConflictResolvingStorage):
 
     @_store_side
     def new_oid(self) -> bytes:
+        if self._closed:
+            raise StorageClosedError(self.__name__)
         if self._shared.read_only:
             raise ZODB.POSException.ReadOnlyError()
         with self._lock:
@@ -1204,6 +1216,11 @@ class JsonbStorage(ConflictResolvingStorage):
             except psycopg.errors.DeadlockDetected as error:
                 raise ZODB.POSException.ConflictError(f"deadlock while locking objects: {error}") from error
             except psycopg.errors.UniqueViolation as error:
+                if error.diag.table_name == "catalog_txn_outcome":
+                    # Not a conflict a retry could get past: the catalog batch id is taken.
+                    raise ZODB.POSException.StorageError(
+                        f"catalog batch id already recorded by another transaction: {error}"
+                    ) from error
                 # A new object's oid was created by a transaction that committed meanwhile.
                 raise ZODB.POSException.ConflictError(f"object created twice: {error}") from error
             except psycopg.errors.LockNotAvailable as error:
@@ -1718,6 +1735,8 @@ class JsonbStorage(ConflictResolvingStorage):
         ``gc`` (default: the storage's ``pack_gc``), objects unreachable from the root."""
         from plone_connector.storage.pack import pack_history_free, pack_history_preserving
 
+        if self._closed:
+            raise StorageClosedError(self.__name__)
         if self._shared.read_only:
             raise ZODB.POSException.ReadOnlyError()
         if gc is None:
@@ -1758,6 +1777,8 @@ class JsonbStorage(ConflictResolvingStorage):
 
     def cleanup(self) -> None:
         """Remove everything (tests, ``zodbconvert --clear``): objects, blobs, batch outcomes."""
+        if self._shared.read_only:
+            raise ZODB.POSException.ReadOnlyError()
         with self._connect() as conn, conn.transaction():
             conn.execute("select 1 from zodb_commit for update")
             conn.execute("delete from zodb_object_state")
