@@ -230,7 +230,8 @@ cdef int write_decimal(Out *out, long long value) except -1:
     """A JSON integer."""
     cdef char digits[24]
     cdef int i = 24
-    cdef unsigned long long magnitude = <unsigned long long>(value if value >= 0 else -value)
+    # Negated as unsigned: -value is undefined for the smallest long long.
+    cdef unsigned long long magnitude = <unsigned long long>value if value >= 0 else 0ULL - <unsigned long long>value
     while True:
         i -= 1
         digits[i] = 48 + <int>(magnitude % 10)
