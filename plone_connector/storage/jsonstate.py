@@ -531,8 +531,9 @@ def encode_record(data: bytes, with_state: bool = True) -> EncodedState:
         state_json = {"@record": {"class": meta_json, "state": state_json}}
         if class_name is None:
             class_name = _unreadable(data, "").class_name
+    hoisted: list = []
     try:
-        rebuilt = decode_record(class_name, state_json, jsonb_order=True)
+        rebuilt = decode_record(class_name, state_json, jsonb_order=True, hoisted=hoisted)
         meta2, state2, _ = load_structure(rebuilt)
         exact = (meta is meta2 or same_structure(meta, meta2, ordered=False)) and same_structure(
             state, state2, ordered=False
@@ -541,6 +542,12 @@ def encode_record(data: bytes, with_state: bool = True) -> EncodedState:
         exact = False
     if not exact:
         return EncodedState(class_name, state_json, refs, data, "round trip differs")
+    if hoisted:
+        # jsonb's key order puts a use of a shared value that builds objects before its
+        # definition: a load builds them at another point than the original did. The
+        # structures compare equal, but code that runs while loading (a key's __hash__, a
+        # __setstate__) may see a half-built object: keep the original.
+        return EncodedState(class_name, state_json, refs, data, "shared value reordered by jsonb")
     return EncodedState(class_name, state_json, refs, None, None, rebuilt)
 
 
@@ -572,7 +579,7 @@ def decode_text(class_name: str, text, jsonb_order: bool = False) -> bytes:
     return decode_record(class_name, json.loads(text), jsonb_order)
 
 
-def decode_record(class_name: str, state, jsonb_order: bool = False) -> bytes:
+def decode_record(class_name: str, state, jsonb_order: bool = False, hoisted: list | None = None) -> bytes:
     """Rebuild a record (class pickle + state pickle) that ZODB loads to an equal state.
 
     ``jsonb_order``: the record a load from PostgreSQL would give, whose jsonb column keeps
@@ -589,6 +596,6 @@ def decode_record(class_name: str, state, jsonb_order: bool = False) -> bytes:
                 raise TranscodeError("@record takes {'class': ..., 'state': ...}")
             class_meta, state = body["class"], body["state"]
     try:
-        return write_record(class_meta, state, jsonb_order)
+        return write_record(class_meta, state, jsonb_order, hoisted)
     except (FormatError, RecursionError, ValueError, TypeError, OverflowError) as exc:
         raise TranscodeError(f"{type(exc).__name__}: {exc}"[:_REASON_LIMIT]) from exc

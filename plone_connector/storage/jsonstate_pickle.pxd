@@ -10,6 +10,8 @@ cdef class RecordWriter:
     cdef public set in_progress
     cdef public Py_ssize_t depth
     cdef public bint jsonb_order
+    cdef public Py_ssize_t hoisting_builds
+    cdef public bint hoisted_build
 
     cpdef enter(self)
     cpdef Py_ssize_t put(self) except -1

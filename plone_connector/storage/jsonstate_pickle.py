@@ -156,6 +156,11 @@ class RecordWriter:
         self.shared_defs: dict[int, object] | None = None
         self.in_progress: set[int] = set()
         self.depth = 0  # JSON objects and arrays being written, one inside the other
+        # Definitions written at a @same that came before them (jsonb's order) and build
+        # objects, being written now; and whether one of them reached back into a shared value
+        # still being built (a cycle: code run while loading may see it half built).
+        self.hoisting_builds = 0
+        self.hoisted_build = False
 
     # -- low level ---------------------------------------------------------------------
 
@@ -369,6 +374,8 @@ class RecordWriter:
         index = self.shared_memo.get(number)
         if index is not None:
             # Already written where an earlier @same needed it.
+            if self.hoisting_builds and number in self.in_progress:
+                self.hoisted_build = True
             self.get(index)
             return
         if number in self.in_progress:
@@ -384,9 +391,43 @@ class RecordWriter:
         if index is None:
             # JSONB may order keys so that a use comes before its definition: write the
             # definition here; the definition site then becomes a memo get.
-            self.shared(self.find_shared(number), None)
+            definition = self.find_shared(number)
+            builds = _builds_objects(definition.get("value"), 0)
+            self.hoisting_builds += builds
+            try:
+                self.shared(definition, None)
+            finally:
+                self.hoisting_builds -= builds
         else:
+            if self.hoisting_builds and number in self.in_progress:
+                self.hoisted_build = True
             self.get(index)
+
+
+# Tags whose values load without running code that could look at other objects of the record:
+# builtin containers and scalars, persistent references (ghosts), globals, stdlib and Zope value
+# types. @obj, @reduce and @pid (anything else) call application code.
+_INERT_TAGS = frozenset({
+    "@t", "@b", "@s", "@int", "@f", "@dict", "@set", "@frozenset", "@global", "@ref", "@wref",
+    "@mref", "@nref", "@datetime", "@date", "@time", "@timedelta", "@decimal", "@DateTime",
+    "@shared", "@same",
+})
+
+
+def _builds_objects(value, depth: int) -> bool:
+    """Does loading this JSON value call application code (an object built by its class)?"""
+    kind = type(value)
+    if kind is list:
+        return any(_builds_objects(item, depth + 1) for item in value)
+    if kind is not dict:
+        return False
+    if depth > MAX_JSON_NESTING:
+        return True  # the writer refuses it anyway
+    if len(value) == 1:
+        key = next(iter(value))
+        if key[:1] == "@":
+            return key not in _INERT_TAGS or _builds_objects(value[key], depth + 1)
+    return any(_builds_objects(item, depth + 1) for item in value.values())
 
 
 def _collect_shared(value, found: dict, depth: int) -> None:
@@ -720,12 +761,16 @@ def jsonb_key(key: str) -> tuple[int, bytes]:
     return len(raw), raw
 
 
-def write_record(class_meta, state, jsonb_order: bool = False) -> bytes:
+def write_record(class_meta, state, jsonb_order: bool = False, hoisted: list | None = None) -> bytes:
     """Return the record bytes for a class (dotted name or class-metadata JSON) and state.
 
     ``class_meta`` is a "module.Class" string for the usual plain-class metadata, or the
     JSON of any other class metadata (``@record``). ``jsonb_order``: write object members as
-    if the state had come back from a jsonb column (see RecordWriter).
+    if the state had come back from a jsonb column (see RecordWriter). ``hoisted``: a list that
+    gets True appended when a ``@same`` came before its ``@shared`` whose value builds objects
+    and refers back into a value still being built: a load then builds them at another point
+    than the original did, inside a cycle, where code run while loading may see an object half
+    built.
     """
     writer = RecordWriter(state, jsonb_order)
     writer.out.append(PROTO3)
@@ -736,4 +781,6 @@ def write_record(class_meta, state, jsonb_order: bool = False) -> bytes:
     writer.out.append(STOP + PROTO3)
     writer.value(state)
     writer.out.append(STOP)
+    if hoisted is not None and writer.hoisted_build:
+        hoisted.append(True)
     return b"".join(writer.out)
