@@ -123,7 +123,10 @@ def _records(value):
 
 
 def _answers(module, data: bytes):
-    encoded = module.encode_record(data)
+    try:
+        encoded = module.encode_record(data)
+    except module.TranscodeError as exc:
+        return ("TranscodeError", str(exc))
     return (
         encoded.class_name,
         module.json_dumps(encoded.state) if encoded.state is not None else None,

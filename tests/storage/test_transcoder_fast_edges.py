@@ -11,34 +11,11 @@ import json
 
 import pytest
 
-from plone_connector.storage import jsonstate, transcoder
+from plone_connector.storage import jsonstate
 from tests.storage.test_jsonstate import record
-
-PURE = transcoder.load_pure()["jsonstate"]
-
-try:
-    from plone_connector.storage import jsonstate_fast
-except ImportError:
-    jsonstate_fast = None
-
-needs_fast = pytest.mark.skipif(jsonstate_fast is None, reason="no compiled fast path in this run")
+from tests.storage.test_transcoder_fast import PURE, _answers, jsonstate_fast, needs_fast
 
 KLASS = b"cm\nC\nq\x00"
-
-
-def _answers(module, data: bytes):
-    try:
-        encoded = module.encode_record(data)
-    except module.TranscodeError as exc:
-        return ("TranscodeError", str(exc))
-    return (
-        encoded.class_name,
-        module.json_dumps(encoded.state) if encoded.state is not None else None,
-        encoded.refs,
-        encoded.exact,
-        encoded.reason,
-        encoded.record,
-    )
 
 
 @needs_fast
