@@ -52,9 +52,9 @@ def pack_history_free(dsn: str) -> list[bytes]:
         try:
             conn.execute("begin")
             conn.execute("select tid from zodb_commit for update")
-            # Again under the lock: one committed since phase 1 would refer to objects that the
-            # rescue below cannot see.
-            _refuse_opaque(conn, "zodb_object_state")
+            # Again under the lock, for what was committed since phase 1 (indexed by tid): such
+            # a record would refer to objects that the rescue below cannot see.
+            _refuse_opaque(conn, "zodb_object_state", f"tid > {int(pack_tid)}")
             conn.execute(
                 """with recursive rescued (zoid) as (
                        select g.zoid from zodb_pack_garbage g

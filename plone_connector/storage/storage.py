@@ -1490,6 +1490,8 @@ class JsonbStorage(ConflictResolvingStorage):
                 self._end_transaction()
 
     def _commit_or_verify(self) -> None:
+        if self._store_conn is None:  # dropped after the vote: the server rolled it back
+            raise DisconnectedError("database connection lost before commit")
         try:
             status = self._store_conn.execute("commit").statusmessage
             self._in_db_transaction = False
@@ -1548,22 +1550,17 @@ class JsonbStorage(ConflictResolvingStorage):
         fshelper = self._shared.fshelper
         fshelper.getPathForOID(oid, create=True)
         target = fshelper.getBlobFilename(oid, tid)
+        size = os.path.getsize(filename)
         ZODB.blob.rename_or_copy_blob(filename, target, chmod=True)
         if self._shared.blob_cache is not None:
-            self._shared.blob_cache.added(os.path.getsize(target))
+            self._shared.blob_cache.added(size)  # (a cleanup may remove the file at once)
 
     def tpc_abort(self, transaction):
         if transaction is not self._transaction:
             return
         with self._lock:
             try:
-                if self._in_db_transaction and self._store_conn is not None:
-                    try:
-                        if self._copy is not None:
-                            self._end_copy(ZODB.POSException.StorageError("transaction aborted"))
-                        self._store_conn.execute("rollback")
-                    except psycopg.Error:
-                        self._drop_store_conn()
+                self._rollback_store()
                 for filename in self._blob_files.values():
                     if os.path.exists(filename):
                         os.remove(filename)
@@ -1575,8 +1572,22 @@ class JsonbStorage(ConflictResolvingStorage):
                 self._end_transaction()
 
     def _end_transaction(self) -> None:
+        # A transaction that ends without COMMIT or tpc_abort (a refused tpc_finish) must not
+        # leave its database transaction, rows included, to the next one.
+        self._rollback_store()
         self._reset_transaction()
         self._commit_lock.release()
+
+    def _rollback_store(self) -> None:
+        if not self._in_db_transaction or self._store_conn is None:
+            return
+        try:
+            if self._copy is not None:
+                self._end_copy(ZODB.POSException.StorageError("transaction aborted"))
+            self._store_conn.execute("rollback")
+        except psycopg.Error:
+            self._drop_store_conn()
+        self._in_db_transaction = False
 
     # ------------------------------------------------------------------ blobs
 

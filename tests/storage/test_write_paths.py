@@ -568,3 +568,40 @@ def test_finish_after_a_failed_vote_commits_nothing(storage, storage_dsn):
         storage.tpc_finish(t)
     storage.tpc_abort(t)
     assert _rows(storage_dsn) == {}
+
+
+def _commit_values(storage, values, serials=None):
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    for oid, value in values.items():
+        serial = (serials or {}).get(oid, z64)
+        storage.store(oid, serial, zodb_pickle(MinPO(value)), "", t)
+    storage.tpc_vote(t)
+    return storage.tpc_finish(t)
+
+
+def test_a_refused_finish_leaves_nothing_to_the_next_transaction(storage):
+    """tpc_finish refuses a transaction whose vote failed; its database transaction (rows in
+    zodb_temp_store) must end with it, not be taken over by the next transaction's vote (found
+    in a review of this stop's fixes; failed before)."""
+    a, b, c = storage.new_oid(), storage.new_oid(), storage.new_oid()
+    tid = _commit_values(storage, {a: 1, b: 1, c: 1})
+
+    # Transaction 1: changes a (streamed to the temporary table at vote), then its vote fails
+    # in Python (a read-current check), leaving the database transaction open and healthy.
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(a, tid, zodb_pickle(MinPO(666)), "", t)
+    storage.checkCurrentSerialInTransaction(c, b"\0" * 7 + b"\1", t)
+    with pytest.raises(ReadConflictError):
+        storage.tpc_vote(t)
+    with pytest.raises(StorageTransactionError):
+        storage.tpc_finish(t)  # no tpc_abort: the refusal is meant to protect this caller
+
+    # Transaction 2 changes only b.
+    _commit_values(storage, {b: 2}, {b: tid})
+
+    storage._shared.cache.clear()
+    storage.sync()
+    assert zodb_unpickle(storage.load(b)[0]).value == 2
+    assert zodb_unpickle(storage.load(a)[0]).value == 1, "transaction 1's refused change was committed"
