@@ -10,7 +10,7 @@ cdef class RecordWriter:
     cdef public set in_progress
     cdef public Py_ssize_t depth
     cdef public bint jsonb_order
-    cdef public Py_ssize_t hoisting_builds
+    cdef public list hoist_boundaries
     cdef public bint hoisted_build
 
     cpdef enter(self)
@@ -30,6 +30,7 @@ cdef class RecordWriter:
     cpdef write_dict(self, dict value, object share)
     cpdef call(self, object body, object share, bint newobj)
     cpdef persistent_id(self, object write_pid)
+    cpdef back_reference(self, object number)
 
 
 # Tag handlers without closures: direct calls into the writer.

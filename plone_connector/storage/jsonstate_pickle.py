@@ -156,10 +156,11 @@ class RecordWriter:
         self.shared_defs: dict[int, object] | None = None
         self.in_progress: set[int] = set()
         self.depth = 0  # JSON objects and arrays being written, one inside the other
-        # Definitions written at a @same that came before them (jsonb's order) and build
-        # objects, being written now; and whether one of them reached back into a shared value
-        # still being built (a cycle: code run while loading may see it half built).
-        self.hoisting_builds = 0
+        # For each definition being written at a @same that came before it (jsonb's order) and
+        # that builds objects: the shared values in progress when it began, itself included.
+        # A reference back to one of those from inside it is a cycle across the move: code run
+        # while loading may then see an object half built.
+        self.hoist_boundaries: list[set[int]] = []
         self.hoisted_build = False
 
     # -- low level ---------------------------------------------------------------------
@@ -374,8 +375,7 @@ class RecordWriter:
         index = self.shared_memo.get(number)
         if index is not None:
             # Already written where an earlier @same needed it.
-            if self.hoisting_builds and number in self.in_progress:
-                self.hoisted_build = True
+            self.back_reference(number)
             self.get(index)
             return
         if number in self.in_progress:
@@ -393,15 +393,22 @@ class RecordWriter:
             # definition here; the definition site then becomes a memo get.
             definition = self.find_shared(number)
             builds = _builds_objects(definition.get("value"), 0)
-            self.hoisting_builds += builds
+            if builds:
+                self.hoist_boundaries.append(self.in_progress | {number})
             try:
                 self.shared(definition, None)
             finally:
-                self.hoisting_builds -= builds
+                if builds:
+                    self.hoist_boundaries.pop()
         else:
-            if self.hoisting_builds and number in self.in_progress:
-                self.hoisted_build = True
+            self.back_reference(number)
             self.get(index)
+
+    def back_reference(self, number: int) -> None:
+        if number in self.in_progress:
+            for boundary in self.hoist_boundaries:
+                if number in boundary:
+                    self.hoisted_build = True
 
 
 # Tags whose values load without running code that could look at other objects of the record:

@@ -32,14 +32,6 @@ def _section(dsn, blob_dir, extra=""):
 
 def test_zconfig_section_opens_the_storage(fresh_dsn, tmp_path):
     storage_dsn = fresh_dsn  # its own tables: other tests leave records in the shared schema
-    config = "%import plone_connector.storage\n" + _section(storage_dsn, tmp_path / "blobs", "read-only true")
-    storage = ZODB.config.storageFromString(config)
-    try:
-        assert isinstance(storage, JsonbStorage)
-        assert storage.isReadOnly()
-        assert storage._shared.blob_dir == str(tmp_path / "blobs")
-    finally:
-        storage.close()
     db = ZODB.config.databaseFromString(
         "%import plone_connector.storage\n<zodb>\n" + _section(storage_dsn, tmp_path / "blobs") + "</zodb>"
     )
@@ -48,6 +40,18 @@ def test_zconfig_section_opens_the_storage(fresh_dsn, tmp_path):
             conn.root()["configured"] = True
     finally:
         db.close()
+    # Read-only writes nothing, the schema included: it opens the database created above.
+    config = "%import plone_connector.storage\n" + _section(storage_dsn, tmp_path / "blobs", "read-only true")
+    storage = ZODB.config.storageFromString(config)
+    try:
+        assert isinstance(storage, JsonbStorage)
+        assert storage.isReadOnly()
+        assert storage._shared.blob_dir == str(tmp_path / "blobs")
+        db = ZODB.DB(storage)
+        with db.transaction() as conn:
+            assert conn.root()["configured"] is True
+    finally:
+        storage.close()
 
 
 def _fill_filestorage(path, blob_dir):
