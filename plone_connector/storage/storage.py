@@ -1479,12 +1479,7 @@ class JsonbStorage(ConflictResolvingStorage):
                         shutil.rmtree(self._shared.fshelper.getPathForOID(p64(zoid)), ignore_errors=True)
                 if f is not None:
                     f(tid)
-                # Our own commit is newer than the open snapshot. (ZODB ends an instance's with
-                # afterCompletion; nobody calls that on the main instance.)
-                if self._is_main:
-                    self._end_snapshot()
-                else:
-                    self._snapshot_tid = None
+                self._snapshot_done()  # our own commit is newer than the open snapshot
                 return tid
             finally:
                 self._end_transaction()
@@ -1560,16 +1555,20 @@ class JsonbStorage(ConflictResolvingStorage):
             return
         with self._lock:
             try:
-                self._rollback_store()
                 for filename in self._blob_files.values():
                     if os.path.exists(filename):
                         os.remove(filename)
-                if self._is_main:
-                    self._end_snapshot()
-                else:
-                    self._snapshot_tid = None
+                self._snapshot_done()
             finally:
                 self._end_transaction()
+
+    def _snapshot_done(self) -> None:
+        """After a two-phase commit: ZODB ends an instance's snapshot with afterCompletion;
+        nobody calls that on the main instance, which ends its own."""
+        if self._is_main:
+            self._end_snapshot()
+        else:
+            self._snapshot_tid = None
 
     def _end_transaction(self) -> None:
         # A transaction that ends without COMMIT or tpc_abort (a refused tpc_finish) must not
