@@ -9,7 +9,8 @@ storage_bench.py (N documents added in one transaction, then each modified in an
 transaction that empties the container, after one unmeasured warm-up round. MappingStorage is
 ZODB's in-memory storage: what ZODB itself costs, so each storage's own share is its count minus
 MappingStorage's. The PostgreSQL server's work is not counted (it runs in other processes).
-Needs valgrind (callgrind_control); writes docs/benchmarks/storage_instructions.md.
+Needs valgrind (callgrind_control); writes docs/benchmarks/storage_instructions.md; `--keep DIR`
+keeps the callgrind files for callgrind_annotate.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=300)
     parser.add_argument("--output", default=str(OUTPUT))
+    parser.add_argument("--keep", help="keep the callgrind files in this directory (for callgrind_annotate)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -100,7 +102,9 @@ def main() -> None:
     admin = server_url()
     stored = 2 * args.objects  # added, then modified
     counts = {}
-    with tempfile.TemporaryDirectory(prefix="storage-instructions-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="storage-instructions-") as scratch:
+        workdir = args.keep or scratch
+        Path(workdir).mkdir(parents=True, exist_ok=True)
         for kind in KINDS:
             target = "" if kind == "MappingStorage" else _fresh_database(admin, f"instr_{kind.lower()}")
             counts[kind] = measure(kind, target, args.objects, Path(workdir))

@@ -161,22 +161,52 @@ def _is_datetime_bytes(args, size: int, fold_byte: int) -> bool:
     )
 
 
+# JSON has no form for an immutable value used twice (the pickle's memo get of a tuple or a
+# text): each use is written out in full. So a record can describe a JSON state far larger than
+# itself, exponentially so with shared tuples nested (a tuple holding one tuple twice, which
+# holds one tuple twice, ...). Unshared, a record holds at most one container per byte and one
+# character of text per byte; past these multiples of its length it is kept exact instead
+# (keys and values repeated from the memo, as the pickler writes interned keys, stay within).
+EXPANSION_CONTAINERS = 8
+EXPANSION_CHARS = 64
+EXPANSION_SLACK = 1 << 16
+LONG_TEXT = 256  # texts from this length count against the budget (dict keys always do)
+_EXPANDS = "shared immutable values expand too far in JSON"
+
+
+def expansion_budget(size: int) -> tuple[int, int]:
+    """(containers, characters of text) the JSON of a record of ``size`` bytes may hold."""
+    return (
+        EXPANSION_CONTAINERS * size + EXPANSION_SLACK,
+        EXPANSION_CHARS * size + 16 * EXPANSION_SLACK,
+    )
+
+
 class _Encoder:
     """Tree -> JSON. Pass 1 finds mutable objects that occur twice; if any, pass 2 writes
     the first occurrence as @shared and the others as @same."""
 
-    def __init__(self, shared: set[int] | None = None):
+    def __init__(self, shared: set[int] | None = None, budget: tuple[int, int] = (1 << 62, 1 << 62)):
         self.shared = shared or set()
         self.seen: dict[int, object] = {}
         self.duplicates: set[int] = set()
         self.numbers: dict[int, int] = {}
         self.depth = 0  # containers being encoded, one inside the other
+        self.containers, self.chars = budget  # what is left of the expansion budget
 
     def enter(self) -> None:
         depth = self.depth + 1
         if depth > MAX_NESTING:
             raise _Unsupported(f"containers nested deeper than {MAX_NESTING}")
         self.depth = depth
+        self.containers -= 1
+        if self.containers < 0:
+            raise _Unsupported(_EXPANDS)
+
+    def spend(self, chars: int) -> None:
+        self.chars -= chars
+        if self.chars < 0:
+            raise _Unsupported(_EXPANDS)
 
     def track(self, value) -> dict | None:
         """Register a mutable object; return the JSON to use instead if it was seen."""
@@ -204,6 +234,8 @@ class _Encoder:
         # Types in the order of their frequency in Plone states.
         kind = type(value)
         if kind is str:
+            if len(value) >= LONG_TEXT:
+                self.spend(len(value))
             if value.isascii():
                 if "\x00" not in value:
                     return value
@@ -247,7 +279,8 @@ class _Encoder:
         enc = self.enc
         items = [
             item
-            if (type(item) is str and item.isascii() and "\x00" not in item) or item is None
+            if (type(item) is str and len(item) < LONG_TEXT and item.isascii() and "\x00" not in item)
+            or item is None
             else enc(item)
             for item in values
         ]
@@ -261,10 +294,12 @@ class _Encoder:
         self.number(value)
         self.enter()
         if _plain_keys(value):
+            self.spend(sum(map(len, value)))
             enc = self.enc
             body = {
                 key: item
-                if (type(item) is str and item.isascii() and "\x00" not in item) or item is None
+                if (type(item) is str and len(item) < LONG_TEXT and item.isascii() and "\x00" not in item)
+                or item is None
                 else enc(item)
                 for key, item in value.items()
             }
@@ -435,15 +470,15 @@ _SUGAR = {
 }
 
 
-def _to_json(value):
-    encoder = _Encoder()
+def _to_json(value, budget: tuple[int, int] = (1 << 62, 1 << 62)):
+    encoder = _Encoder(None, budget)
     body = encoder.enc(value)
     if encoder.duplicates:
-        body = _Encoder(encoder.duplicates).enc(value)
+        body = _Encoder(encoder.duplicates, budget).enc(value)
     return body
 
 
-def _class_of(meta) -> tuple[str | None, object]:
+def _class_of(meta, budget: tuple[int, int] = (1 << 62, 1 << 62)) -> tuple[str | None, object]:
     """(dotted class name, None) for a plain class; (best name, metadata JSON) otherwise."""
     if type(meta) is GlobalMeta:
         return meta.dotted, None
@@ -454,7 +489,7 @@ def _class_of(meta) -> tuple[str | None, object]:
             name = first.dotted
         elif type(first) is tuple and len(first) == 2 and all(type(x) is str for x in first):
             name = f"{first[0]}.{first[1]}"
-    return name, _to_json(meta)
+    return name, _to_json(meta, budget)
 
 
 def _ordinary_refs(pids: list) -> list[bytes]:
@@ -523,8 +558,9 @@ def encode_record(data: bytes, with_state: bool = True) -> EncodedState:
         return _unreadable(data, f"unreadable: {type(exc).__name__}: {exc}"[:_REASON_LIMIT])
     refs = _ordinary_refs(pids)
     try:
-        class_name, meta_json = _class_of(meta)
-        state_json = _to_json(state)
+        budget = expansion_budget(len(data))
+        class_name, meta_json = _class_of(meta, budget)
+        state_json = _to_json(state, budget)
     except (_Unsupported, RecursionError) as exc:
         return _with_exact(data, f"unsupported: {exc}"[:_REASON_LIMIT], refs)
     if meta_json is not None:

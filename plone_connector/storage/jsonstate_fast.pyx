@@ -268,6 +268,7 @@ cdef class _Tree:
     cdef int nmemo, cmemo
     cdef int meta      # slot of the class metadata
     cdef int root      # slot of the state
+    cdef Py_ssize_t json_limit  # memo gets of tuples and texts repeat them in JSON: a bound
 
     def __dealloc__(self):
         PyMem_Free(self.nodes)
@@ -565,6 +566,8 @@ cdef class _Tree:
         self.source = record
         self.data = <const unsigned char *>PyBytes_AS_STRING(record)
         self.size = PyBytes_GET_SIZE(record)
+        # As jsonstate.expansion_budget's characters: far beyond any record without repeats.
+        self.json_limit = 64 * self.size + (1 << 20)
         self.meta = self.root = -1
         end = self.read(0, False)
         if end < 0:
@@ -665,6 +668,8 @@ cdef class _Tree:
         cdef Py_ssize_t size
         if depth > MAX_DEPTH:
             raise _TooDeep()
+        if out.size > self.json_limit:
+            raise _NotPlain()
         if node.kind == K_INT:
             write_int(out, node.ival)
         elif node.kind == K_BYTES:
@@ -859,6 +864,8 @@ cdef class _Tree:
         cdef char *text
         if depth > MAX_DEPTH:
             raise _TooDeep()
+        if out.size > self.json_limit:  # the reference path keeps such a record exact
+            raise _NotPlain()
         if kind == K_STR:
             json_text(out, self.data + node.pstart, node.pend - node.pstart)
         elif kind == K_DICT and not self.plain_keys(node):
