@@ -4,7 +4,7 @@ Every commit sends ``NOTIFY zodb_commit, '<tid>'`` inside its transaction, so th
 is delivered only if the commit happened. One listener thread per storage (per process) keeps
 the highest tid it has heard of and calls subscribers (``JsonbStorage.on_commit``), so caches
 outside ZODB (e.g. the catalog connector's) learn of other processes' commits within
-milliseconds. ZODB Connections do not depend on it: they poll at every transaction boundary
+milliseconds; after a reconnection they are called with None (commits in between went unheard). ZODB Connections do not depend on it: they poll at every transaction boundary
 (see docs/decisions/storage-mvcc.md), which is the fallback that is always correct.
 """
 
@@ -52,6 +52,10 @@ class InvalidationListener:
                     with self._guard:
                         self.epoch += 1
                         self.connected = True
+                        subscribers = list(self._subscribers) if self.epoch > 1 else []
+                    # Commits while we were not listening were not heard: subscribers get None,
+                    # "anything may have changed".
+                    self._call(subscribers, None)
                     while not self._stopping.is_set():
                         for notify in conn.notifies(timeout=0.1):
                             try:
@@ -62,17 +66,21 @@ class InvalidationListener:
                             with self._guard:
                                 self.last_tid = max(self.last_tid, tid)
                                 subscribers = list(self._subscribers)
-                            for callback in subscribers:
-                                try:
-                                    callback(tid)
-                                except Exception:
-                                    log.exception("commit subscriber %r failed", callback)
+                            self._call(subscribers, tid)
             except psycopg.Error as error:
                 log.warning("invalidation listener lost its connection, polling meanwhile: %s", error)
             finally:
                 with self._guard:
                     self.connected = False
             self._stopping.wait(self._retry_seconds)
+
+    @staticmethod
+    def _call(subscribers: list, tid: int | None) -> None:
+        for callback in subscribers:
+            try:
+                callback(tid)
+            except Exception:
+                log.exception("commit subscriber %r failed", callback)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -110,13 +110,14 @@ def pack_history_preserving(dsn: str, pack_tid: int, gc: bool) -> list[tuple[byt
             {"p": pack_tid},
         ).fetchall()
         # An object deleted (undone creation) before the pack time and not revived: gone.
-        removed += conn.execute(
+        deletions = conn.execute(
             """delete from zodb_object_history h
                where h.deleted and h.tid <= %(p)s
                  and not exists (select 1 from zodb_object_history l where l.zoid = h.zoid and l.tid > h.tid)
                returning h.zoid, h.tid, h.blob_id""",
             {"p": pack_tid},
         ).fetchall()
+        removed += deletions
         gone: list[int] = []
         if gc:
             _refuse_opaque(conn, "zodb_object_history", "not deleted")
@@ -138,14 +139,16 @@ def pack_history_preserving(dsn: str, pack_tid: int, gc: bool) -> list[tuple[byt
             removed += dead
             gone = sorted({zoid for zoid, _tid, _blob in dead})
             conn.execute("delete from zodb_object_state where zoid = any(%s)", (gone,))
-            if gone:
-                # As in history-free packs: a new gc_tid empties other processes' caches at their
-                # next poll, and makes instances older than it check that new references do not
-                # point at removed objects.
-                conn.execute(
-                    "update zodb_commit set tid = greatest(tid + 1, zodb_now_tid()),"
-                    " gc_tid = greatest(tid + 1, zodb_now_tid())"
-                )
+        if gone or deletions:
+            # As in history-free packs: a new gc_tid empties other processes' caches at their
+            # next poll, and makes instances older than it check that new references do not
+            # point at removed objects. Removed deletion revisions count too: they were how a
+            # poll learnt that those objects went away (a process that last polled before the
+            # deletion would otherwise keep serving them).
+            conn.execute(
+                "update zodb_commit set tid = greatest(tid + 1, zodb_now_tid()),"
+                " gc_tid = greatest(tid + 1, zodb_now_tid())"
+            )
         # A back pointer to a revision the pack removed points nowhere: the revision holds its
         # state itself now (FileStorage's pack copies such data into the record the same way).
         conn.execute(

@@ -166,9 +166,14 @@ def _current_on_main(method):
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        if not self._is_main or self._transaction is not None:
+        if not self._is_main:
             return method(self, *args, **kwargs)
-        with self._lock:  # reentrant: one call, one snapshot, even with other threads
+        # Reentrant; held across the call, so that one call has one snapshot even with other
+        # threads, and a two-phase commit (tpc_begin sets _transaction under it) cannot begin
+        # in the middle of a call and have its snapshot ended by it.
+        with self._lock:
+            if self._transaction is not None:
+                return method(self, *args, **kwargs)
             self._snapshot_tid = None
             try:
                 return method(self, *args, **kwargs)
@@ -328,6 +333,10 @@ class JsonbStorage(ConflictResolvingStorage):
         self._temp_rows = 0  # rows written to this session's temporary table since its truncation
         self._snapshot_tid: int | None = None
         self._polled_tid: int | None = None
+        self._polled_gc_tid: int | None = None  # gc_tid as this instance's last poll saw it
+        # The load connection broke while a transaction read in its snapshot: loads refuse
+        # until the transaction ends, rather than go on in a newer snapshot (read skew).
+        self._snapshot_lost = False
         self._first_tid: int | None = None
         self._ltid = 0  # the newest tid this instance knows of (lastTransaction)
         self._own_tid = 0  # this instance's last commit: not an invalidation for its Connection
@@ -371,13 +380,11 @@ class JsonbStorage(ConflictResolvingStorage):
                 _FAST_LOAD_NAME, [_INT8.pack(zoid), _INT8.pack(cached_tid)], [1, 1], 1
             )
         except psycopg.OperationalError as error:
-            self._drop_load_conn()
-            raise DisconnectedError(f"database connection lost while loading: {error}") from error
+            raise self._load_lost(error) from error
         if result.status != pq.ExecStatus.TUPLES_OK:
             message = result.error_message.decode(errors="replace")
             if pgconn.status == pq.ConnStatus.BAD:
-                self._drop_load_conn()
-                raise DisconnectedError(f"database connection lost while loading: {message}")
+                raise self._load_lost(message)
             raise ZODB.POSException.StorageError(f"load failed: {message}")
         if not result.ntuples:
             return None
@@ -412,6 +419,14 @@ class JsonbStorage(ConflictResolvingStorage):
         if conn is not None:
             conn.close()
 
+    def _load_lost(self, error: BaseException | str) -> DisconnectedError:
+        """The load connection broke in the middle of a snapshot: drop it, and have the rest of
+        the transaction refuse to read (the main instance's calls each have their own)."""
+        if self._snapshot_tid is not None and not (self._is_main and self._transaction is None):
+            self._snapshot_lost = True
+        self._drop_load_conn()
+        return DisconnectedError(f"database connection lost while loading: {error}")
+
     # ------------------------------------------------------------------ MVCC
 
     def new_instance(self) -> JsonbStorage:
@@ -430,12 +445,14 @@ class JsonbStorage(ConflictResolvingStorage):
         # process's commit returned). The renewal rides on the poll's single round trip.
         with self._lock:
             self._snapshot_tid = None
+            self._snapshot_lost = False
 
     def on_commit(self, callback) -> None:
-        """Call ``callback(tid: bytes)`` (in the listener thread) for every commit by any process."""
+        """Call ``callback(tid: bytes)`` (in the listener thread) for every commit by any process,
+        and ``callback(None)`` when the listener reconnected: commits meanwhile went unheard."""
         if self._shared.listener is None:
             raise ZODB.POSException.StorageError("storage opened with listen=False")
-        self._shared.listener.subscribe(lambda tid: callback(p64(tid)))
+        self._shared.listener.subscribe(lambda tid: callback(None if tid is None else p64(tid)))
 
     def afterCompletion(self) -> None:
         """End the read snapshot: ZODB calls this after every transaction and when a Connection
@@ -446,6 +463,7 @@ class JsonbStorage(ConflictResolvingStorage):
 
     def _end_snapshot(self) -> None:
         self._snapshot_tid = None
+        self._snapshot_lost = False
         conn = self._load_conn
         if conn is None or conn.closed or conn.info.transaction_status == pq.TransactionStatus.IDLE:
             return
@@ -493,6 +511,11 @@ class JsonbStorage(ConflictResolvingStorage):
         return zoids or [], tids or [], gc_tid
 
     def _ensure_snapshot(self) -> psycopg.Connection:
+        if self._snapshot_lost:
+            raise DisconnectedError(
+                "the transaction's read snapshot was lost with its database connection;"
+                " it must end (abort, then retry) before it reads again"
+            )
         if self._snapshot_tid is None:
             self._new_snapshot(None)
             if self._polled_tid is None:
@@ -503,6 +526,7 @@ class JsonbStorage(ConflictResolvingStorage):
         with self._lock:
             if self._snapshot_tid is not None and self._polled_tid == self._snapshot_tid:
                 return []
+            self._snapshot_lost = False  # a new transaction
             cache = self._shared.cache
             first = self._polled_tid is None
             since = cache.horizon if first else self._polled_tid
@@ -522,8 +546,14 @@ class JsonbStorage(ConflictResolvingStorage):
             own = self._own_tid
             self._polled_tid = snapshot
             self._ltid = max(self._ltid, snapshot)
+            gc_moved = self._polled_gc_tid is not None and gc_tid != self._polled_gc_tid
+            self._polled_gc_tid = gc_tid
             if first:
                 return []
+            if gc_moved:
+                # A pack or a deletion removed objects since our last poll; their removal is in
+                # no row a poll can see: the Connection's whole cache goes (packs are rare).
+                return None
             # Our own commits are not invalidations for our Connection.
             return list({p64(zoid) for zoid, tid in zip(zoids, tids, strict=True) if tid != own})
 
@@ -548,8 +578,7 @@ class JsonbStorage(ConflictResolvingStorage):
         try:
             return conn.execute(query, params).fetchone()
         except psycopg.OperationalError as error:
-            self._drop_load_conn()
-            raise DisconnectedError(f"database connection lost while loading: {error}") from error
+            raise self._load_lost(error) from error
 
     @_current_on_main
     def load(self, oid: bytes, version: str = "") -> tuple[bytes, bytes]:
@@ -597,8 +626,7 @@ class JsonbStorage(ConflictResolvingStorage):
                     (wanted,),
                 ).fetchall()
             except psycopg.OperationalError as error:
-                self._drop_load_conn()
-                raise DisconnectedError(f"database connection lost while loading: {error}") from error
+                raise self._load_lost(error) from error
         for zoid, tid, class_name, state, exact in rows:
             cache.put(zoid, tid, self._record(p64(zoid), tid, class_name, state, exact), snapshot)
 
@@ -757,6 +785,7 @@ class JsonbStorage(ConflictResolvingStorage):
                 "select 1 from zodb_transaction where tid = %s and not packed", (undone,)
             ).fetchone() is None:
                 raise ZODB.POSException.UndoError("Invalid undo transaction id")
+            self._undone.add(undone)
             oids = []
             for (zoid,) in conn.execute(
                 "select zoid from zodb_object_history where tid = %s order by zoid", (undone,)
@@ -879,6 +908,8 @@ class JsonbStorage(ConflictResolvingStorage):
         self._backend_pid: int | None = None
         self._batch_ids: list[str] = []
         self._undo_origins: dict[int, int | None] = {}
+        self._undone: set[int] = set()  # transactions undone: checked again under the commit lock
+        self._recreated: list[int] = []  # deleted objects written again (history-preserving)
         self._metadata = (b"", b"", b"")
         self._packed = False
         # Something this transaction's database transaction must keep (rows, blob chunks) was
@@ -901,8 +932,9 @@ class JsonbStorage(ConflictResolvingStorage):
                 "Duplicate tpc_begin calls for same transaction"
             )
         self._commit_lock.acquire()
-        self._reset_transaction()
-        self._transaction = transaction
+        with self._lock:  # read under it by reads on the main instance (_current_on_main)
+            self._reset_transaction()
+            self._transaction = transaction
         self._restore_tid = u64(tid) if tid is not None else None
         # A copied transaction that its source packed ("p"): the revisions an undo of it needs
         # are gone there, so it stays out of undoLog here too.
@@ -1300,6 +1332,15 @@ class JsonbStorage(ConflictResolvingStorage):
             # A pack ran since this instance started: its cache (or the application) may hold
             # objects the pack removed. New references must not point at them.
             self._check_refs_survived_pack(conn)
+        if self._undone:
+            # undo() read the revisions it restores before this lock: a pack by time may have
+            # taken them since (with their blobs), and marked the undone transaction packed.
+            (kept,) = conn.execute(
+                "select count(*) from zodb_transaction where tid = any(%s) and not packed",
+                (sorted(self._undone),),
+            ).fetchone()
+            if kept != len(self._undone):
+                raise ZODB.POSException.UndoError("the undone transaction was packed meanwhile")
         if self._hp:
             self._write_history(conn, tid, written)
         if self._direct:
@@ -1315,6 +1356,7 @@ class JsonbStorage(ConflictResolvingStorage):
         # committed one for the oid since. The upsert would overwrite it; the direct COPY's
         # unique key refuses it, and so must this path.
         created = [] if restoring else [zoid for zoid in self._flushed if not self._prev_tids.get(zoid)]
+        created += self._recreated
         with conn.pipeline():
             if created:
                 existing = conn.execute(
@@ -1396,7 +1438,10 @@ class JsonbStorage(ConflictResolvingStorage):
             if zoid in self._deletes:
                 raise ZODB.POSException.ConflictError(oid=p64(zoid), serials=(p64(committed or 0), p64(prev)))
             if committed is None and self._hp and prev == self._latest_revision(conn, zoid):
-                continue  # re-created (an undo of its undone creation) from the deletion it saw
+                # Re-created (an undo of its undone creation) from the deletion it saw; no row to
+                # lock, so checked again under the commit lock, as new objects are.
+                self._recreated.append(zoid)
+                continue
             conflicts.append(zoid)
         for zoid in conflicts:
             oid = p64(zoid)
@@ -1598,7 +1643,15 @@ class JsonbStorage(ConflictResolvingStorage):
             if self._shared.blob_cache is not None:
                 self._shared.blob_cache.used(filename)
             return filename
-        fshelper.getPathForOID(oid, create=True)
+        try:
+            return self._fetch_blob(oid, serial, filename)
+        except FileNotFoundError:
+            # Another process's pack or deletion removed the object's folder in the shared
+            # cache while we wrote into it (its current revision is still ours to read): again.
+            return self._fetch_blob(oid, serial, filename)
+
+    def _fetch_blob(self, oid: bytes, serial: bytes, filename: str) -> str:
+        self._shared.fshelper.getPathForOID(oid, create=True)
         with self._lock:
             conn = self._ensure_snapshot()
             if self._download_blob(conn, oid, serial, filename):
@@ -1758,7 +1811,8 @@ class JsonbStorage(ConflictResolvingStorage):
                 if os.path.exists(path):
                     os.remove(path)
                 folder = os.path.dirname(path)
-                if os.path.isdir(folder) and not any(n.endswith(".blob") for n in os.listdir(folder)):
+                # Not while another process downloads into it (a .partial file).
+                if os.path.isdir(folder) and not any(n.endswith((".blob", ".partial")) for n in os.listdir(folder)):
                     shutil.rmtree(folder, ignore_errors=True)
         elif gc:
             for oid in pack_history_free(self._shared.dsn):
@@ -1800,6 +1854,7 @@ class JsonbStorage(ConflictResolvingStorage):
             conn.execute("alter sequence zodb_oid_seq restart")
         self._ltid = self._own_tid = 0
         self._polled_tid = None
+        self._polled_gc_tid = None
         self._snapshot_tid = None
         self._first_tid = None
         self._oid_pool = []
