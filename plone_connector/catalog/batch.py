@@ -1,8 +1,9 @@
 """One batch of catalog changes per ZODB transaction, sent through a transaction data manager.
 
 The batch collects the entries the indexing queue produces. It is staged in the service while the
-ZODB storages store and vote, and ``tpc_vote`` waits for that (a failure fails the vote, so ZODB
-commits nothing and the user sees the error); after ``tpc_finish`` of the ZODB storages it is
+ZODB storages store, and the data manager's ``commit`` waits for that before any storage votes (a
+failure fails the commit, so ZODB commits nothing and the user sees the error; no staging runs
+under a storage's commit lock); after ``tpc_finish`` of the ZODB storages it is
 committed, before the commit returns; on abort it is discarded. Its id goes into
 ``transaction.extension["catalog_batch_ids"]`` as soon as the transaction has catalog changes, so a
 storage that records it lets the service resolve a batch a crash left staged.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import uuid as uuidlib
 from concurrent.futures import Future
@@ -31,7 +33,7 @@ import transaction as transaction_module
 from transaction.interfaces import ISavepointDataManager
 from zope.interface import implementer
 
-from catalog_schemas.api import Batch, BatchAppend
+from catalog_schemas.api import Batch, BatchAppend, IndexDeclaration, SchemaUpdate
 
 from . import client as client_module
 from .committed import batch_watch
@@ -45,13 +47,16 @@ EXTENSION_KEY = "catalog_batch_ids"
 # next query of this process; the service's staged-batch resolution is the backstop.
 _unfinished: list[tuple[str, str]] = []
 _unfinished_lock = threading.Lock()
+# Schema changes whose sending failed after ZODB committed them: catalog id -> (index names,
+# column names) removed. Sent again (retry_unfinished) from the tool's declarations then.
+_unsent_schemas: dict[str, tuple[set[str], set[str]]] = {}
 
 
 def _commit(client, catalog_id: str, batch_id: str, batch: PendingBatch | None = None) -> None:
     try:
         client.commit_batch(catalog_id, batch_id)
     except ServiceRejected as exc:
-        if exc.status == 409 and batch is not None and not batch.clear:
+        if exc.status == 409 and batch is not None:
             _apply_again(client, batch)
             return
         logger.exception("commit of catalog batch %s failed; will retry", batch_id)
@@ -67,8 +72,9 @@ def _commit(client, catalog_id: str, batch_id: str, batch: PendingBatch | None =
 def _apply_again(client, batch: PendingBatch) -> None:
     """ZODB committed the transaction, but its staged batch was aborted meanwhile: a resolver took
     it for one a crash had left (its commit came more than the resolve delay after its staging,
-    decisions/0011). Apply its entries again under a new id; their versions keep newer changes.
-    Not a clear: applied late, it would wipe what others committed in between."""
+    decisions/0011). Apply its entries again under a new id; their versions keep newer changes, and
+    so does the batch's version a clear (it removes only what is older than this transaction's
+    snapshot, not what others committed in between)."""
     model = Batch.model_validate({**batch.to_model().model_dump(), "batch_id": uuidlib.uuid4().hex})
     try:
         client.apply_batch(batch.catalog_id, model)
@@ -90,6 +96,8 @@ class PendingBatch:
     def __init__(self, catalog_id: str, version: int):
         self.catalog_id = catalog_id
         self.batch_id = uuidlib.uuid4().hex
+        # The value this transaction writes into the tool's uid claims: its own (random, not 0).
+        self.token = random.getrandbits(31) or 1
         self.version = version
         self.entries: dict[str, dict] = {}
         self.clear = False
@@ -141,9 +149,8 @@ class PendingBatch:
         self.dirty = True
 
     def to_model(self) -> Batch:
-        return Batch.model_validate(
-            {"batch_id": self.batch_id, "entries": list(self.entries.values()), "clear": self.clear}
-        )
+        return Batch.model_validate({"batch_id": self.batch_id, "entries": list(self.entries.values()),
+                                     "clear": self.clear, "version": self.version})
 
     def snapshot(self):
         return (
@@ -195,7 +202,8 @@ class Staging:
         batch = self.batch
         if self.whole:
             client.stage_batch(batch.catalog_id, Batch.model_validate(
-                {"batch_id": batch.batch_id, "entries": list(self.entries.values()), "clear": self.clear}))
+                {"batch_id": batch.batch_id, "entries": list(self.entries.values()), "clear": self.clear,
+                 "version": batch.version}))
         else:
             client.append_batch(batch.catalog_id, batch.batch_id,
                                 BatchAppend.model_validate({"entries": list(self.entries.values())}))
@@ -229,14 +237,26 @@ class BatchDataManager:
         self.batch = batch
         self.transaction_manager = transaction_module.manager
         self._txn = txn
-        # Index/column changes of this transaction ({"tool", "remove_indexes", "remove_metadata"}),
-        # sent before the batch so the service knows every index the entries use.
+        # Index/column changes of this transaction not sent yet ({"tool", "remove_indexes",
+        # "remove_metadata"}). Before ZODB commits, only what they add goes to the service (with
+        # ``only_add``), before the batch, so the service knows every index the entries use: an
+        # aborted transaction must not have removed an index or dropped its values there. The
+        # whole update follows in tpc_finish.
         self.schema_update: dict | None = None
+        # The indexes and columns this transaction removed, so far.
+        self._schema_removed: tuple[set[str], set[str]] = (set(), set())
+        # The whole update as of the last sending of the additions, for tpc_finish; and the
+        # service's indexes that sending answered (the batch was staged against them).
+        self._schema_final: SchemaUpdate | None = None
+        self._service_indexes: dict[str, IndexDeclaration] = {}
+        self._service_metadata: frozenset[str] = frozenset()
         # Set when the tool has named this batch beside the catalog counter in ZODB: readers will
         # wait for it, so it is staged and committed even if a savepoint rollback emptied it.
         self.marked = False
         # The staging sent in the background at tpc_begin, until tpc_vote waits for it.
         self._staging: tuple[Staging, Future] | None = None
+        # Our vote went through: every storage voted before us (we sort last).
+        self._voted = False
 
     # The ZODB connections finish first: a crash between their finish and ours leaves a staged
     # batch whose transaction committed, which the service resolves; the reverse order could
@@ -265,8 +285,11 @@ class BatchDataManager:
         self._await_staging()
         if self.schema_update is not None:
             pending, self.schema_update = self.schema_update, None
-            update = pending["tool"].schema_update(pending["remove_indexes"], pending["remove_metadata"])
-            self.client.update_schema(self.batch.catalog_id, update)
+            try:
+                self._send_additions(pending)
+            except BaseException:
+                self.schema_update = pending  # sent again by the next staging
+                raise
         if self._needs_staging():
             staging = self.batch.staging()
             if staging:
@@ -277,6 +300,53 @@ class BatchDataManager:
                     raise
             staging.landed()
         self.batch.dirty = False
+
+    def _send_additions(self, pending: dict) -> None:
+        """Send what the transaction's schema changes add (new indexes and columns, the declaration
+        of an index that holds no values yet, as a first value types it: schema.py), and keep the
+        whole update for tpc_finish."""
+        removed_indexes, removed_metadata = self._schema_removed
+        removed_indexes.update(pending["remove_indexes"])
+        removed_metadata.update(pending["remove_metadata"])
+        update = pending["tool"].schema_update(removed_indexes, removed_metadata)
+        additions = update.model_copy(update={"only_add": True, "remove_indexes": [], "remove_metadata": []})
+        info = self.client.update_schema(self.batch.catalog_id, additions)
+        self._schema_final = update
+        self._service_indexes = {d.name: d for d in info.indexes}
+        self._service_metadata = frozenset(info.metadata)
+
+    def _finish_schema(self, update: SchemaUpdate) -> bool:
+        """ZODB has committed: send the transaction's whole schema update (removals, changed
+        declarations). Never raises: a failure is logged and retried before a later query of this
+        process (``retry_unfinished``). Returns whether the service's indexes are not the ones
+        the batch was staged against (it must be staged again before its commit)."""
+        catalog_id = self.batch.catalog_id
+        if not (update.remove_indexes or update.remove_metadata) and self._service_metadata.issuperset(
+                update.metadata) and all(self._service_indexes.get(d.name) == d for d in update.indexes):
+            return False  # the additions were all of it (a new index, a first value's type)
+        try:
+            info = self.client.update_schema(catalog_id, update)
+        except Exception:
+            logger.exception("the schema change of catalog %s could not be sent after ZODB committed it; "
+                             "will retry", catalog_id)
+            _keep_schema(catalog_id, update)
+            return False
+        return {d.name: d for d in info.indexes} != self._service_indexes
+
+    def _stage_again(self, update: SchemaUpdate) -> None:
+        """Stage the whole batch again, converted by the service under the schema this transaction
+        committed (the staged copy was converted under the one before: values of a removed index
+        it still had, of a changed index in its old form)."""
+        batch = self.batch
+        try:
+            self.client.stage_batch(batch.catalog_id, batch.to_model())
+        except Exception:
+            # Committed as it was staged; the removals sent again later drop what it holds of
+            # the removed indexes.
+            logger.exception("catalog batch %s could not be staged again after the schema change of its "
+                             "transaction; committed as staged before (run verify --repair if the changed "
+                             "indexes differ)", batch.batch_id)
+            _keep_schema(batch.catalog_id, update)
 
     # -- ISavepointDataManager -------------------------------------------------------------
 
@@ -297,9 +367,17 @@ class BatchDataManager:
                 self._staging = (staging, client_module.in_background(staging.send, self.client))
 
     def commit(self, txn):
-        pass
+        # The staging is waited for here, after the ZODB storages stored (they sort first) and
+        # before any of them votes: JsonbStorage's vote takes the database's commit lock and
+        # holds it until tpc_finish, and a large staging (a rebuild's) under it would keep every
+        # other writer of the database waiting.
+        self._stage_for_vote()
 
     def tpc_vote(self, txn):
+        self._stage_for_vote()  # nothing to send unless the batch changed since commit()
+        self._voted = True
+
+    def _stage_for_vote(self):
         try:
             self.stage()
         except CatalogServiceError as exc:
@@ -318,24 +396,46 @@ class BatchDataManager:
     def tpc_finish(self, txn):
         batch = self.batch
         _forget(txn, batch.catalog_id)
+        # ZODB has committed: the schema change goes first, so that the batch's commit, which the
+        # readers of the new catalog counter wait for, brings them both.
+        schema, self._schema_final = self._schema_final, None
+        stage_again = schema is not None and self._finish_schema(schema)
         if not batch.staged:
             return
-        # ZODB has committed: from here on the batch is never ours to abort (the transaction
-        # calls abort() on every resource again after its after-commit hooks ran).
+        # From here on the batch is never ours to abort (the transaction calls abort() on every
+        # resource again after its after-commit hooks ran).
         batch.staged = False
+        if stage_again and batch.entries:
+            self._stage_again(schema)
         # Not in the background: when the commit returns, every later query sees the batch, also
         # one that another program sends to the service (read-your-writes, docs/connector.md).
         _commit(self.client, batch.catalog_id, batch.batch_id, batch)
 
     def tpc_abort(self, txn):
+        if self._voted and self.batch.staged:
+            # Aborted after every vote went through: a storage's tpc_finish failed, and it may
+            # have committed all the same (JsonbStorage: the outcome of a COMMIT whose connection
+            # broke; RelStorage alike; several databases, one of which finished). Aborting the
+            # batch would lose the entries of a committed transaction for good; left staged, the
+            # resolvers commit or abort it by what was recorded (catalog_txn_outcome, the ZODB
+            # batch log), as after a crash at this point.
+            logger.warning("catalog batch %s left staged for the resolvers: the commit failed after"
+                           " the vote, and may have happened", self.batch.batch_id)
+            schema, self._schema_final = self._schema_final, None
+            if schema is not None:
+                # Sent by the next query's retry as ZODB then has it (its removals only if they
+                # were committed: schema_update keeps an index ZODB still has).
+                _keep_schema(self.batch.catalog_id, schema)
+            self._discard(txn, in_service=False)
+            return
         self._discard(txn)
 
-    def _discard(self, txn):
+    def _discard(self, txn, in_service: bool = True):
         batch = self.batch
         _forget(txn, batch.catalog_id)
         with contextlib.suppress(Exception):
             self._await_staging()  # a staging in flight is aborted below once it has landed
-        if batch.staged:
+        if batch.staged and in_service:
             try:
                 self.client.abort_batch(batch.catalog_id, batch.batch_id)
             except CatalogServiceError:
@@ -386,22 +486,57 @@ def current_manager(client, catalog_id: str, version_of, create: bool) -> BatchD
     return manager
 
 
-def retry_unfinished(client) -> None:
+def retry_unfinished(client, tool=None) -> None:
     """Wait for the batch requests in flight, then commit batches whose commit failed after their
-    ZODB transaction committed."""
+    ZODB transaction committed, and send the schema changes of ``tool``'s catalog that failed then
+    (after the batches: sent again, the removals drop what those hold of the removed indexes)."""
     client_module.settle()
-    if not _unfinished:
-        return
+    if _unfinished:
+        with _unfinished_lock:
+            pending = list(_unfinished)
+            _unfinished.clear()
+        for position, (catalog_id, batch_id) in enumerate(pending):
+            try:
+                client.commit_batch(catalog_id, batch_id)
+            except CatalogServiceError as exc:
+                if exc.status is not None and 400 <= exc.status < 500:
+                    logger.error("catalog batch %s could not be committed: %s", batch_id, exc)
+                    continue
+                with _unfinished_lock:
+                    _unfinished.extend(pending[position:])  # this one and those not tried yet
+                raise
+    if tool is not None and _unsent_schemas:
+        _retry_schema(client, tool)
+
+
+def _keep_schema(catalog_id: str, update: SchemaUpdate) -> None:
     with _unfinished_lock:
-        pending = list(_unfinished)
-        _unfinished.clear()
-    for catalog_id, batch_id in pending:
-        try:
-            client.commit_batch(catalog_id, batch_id)
-        except CatalogServiceError as exc:
-            if exc.status is not None and 400 <= exc.status < 500:
-                logger.error("catalog batch %s could not be committed: %s", batch_id, exc)
-                continue
-            with _unfinished_lock:
-                _unfinished.append((catalog_id, batch_id))
-            raise
+        indexes, metadata = _unsent_schemas.setdefault(catalog_id, (set(), set()))
+        indexes.update(update.remove_indexes)
+        metadata.update(update.remove_metadata)
+
+
+def _retry_schema(client, tool) -> None:
+    """Send the schema of ``tool``'s catalog as this transaction's snapshot has it (committed, and
+    at least as new as the change whose sending failed), with the removals that were not sent."""
+    catalog_id = tool.catalog_id()
+    with _unfinished_lock:
+        removed = _unsent_schemas.pop(catalog_id, None)
+    if removed is None:
+        return
+    manager = current_manager(client, catalog_id, None, create=False)
+    if manager is not None and (manager.schema_update is not None or manager._schema_final is not None):
+        # This transaction changes the schema itself, so the tool's declarations are not all
+        # committed ones: a later query, in another transaction, sends them.
+        _keep_schema(catalog_id, SchemaUpdate(remove_indexes=sorted(removed[0]), remove_metadata=sorted(removed[1])))
+        return
+    try:
+        client.update_schema(catalog_id, tool.schema_update(*removed))
+    except CatalogServiceError as exc:
+        if isinstance(exc, ServiceRejected) or (exc.status is not None and 400 <= exc.status < 500):
+            logger.error("the schema change of catalog %s could not be sent: %s", catalog_id, exc)
+            return
+        _keep_schema(catalog_id, SchemaUpdate(remove_indexes=sorted(removed[0]), remove_metadata=sorted(removed[1])))
+        raise
+    logger.warning("the schema change of catalog %s, not sent when its transaction committed, was sent now",
+                   catalog_id)

@@ -15,6 +15,7 @@ import os
 
 import transaction
 from Acquisition import aq_base, aq_inner, aq_parent
+from BTrees.IIBTree import IIBTree
 from Products.CMFPlone.CatalogTool import CatalogTool
 from Products.ZCatalog.Catalog import Catalog
 
@@ -119,6 +120,7 @@ def install_service_catalog(portal, catalog_id: str | None = None) -> ServiceCat
     tool = ServiceCatalogTool()
     tool.service_catalog_id = catalog_id or os.environ.get("CATALOG_SERVICE_CATALOG_ID") or portal.getId()
     tool._service_value_types = value_types
+    tool._catalog_claims = IIBTree()  # here, so that the first claims do not write the tool
     tool = _swap(portal, tool)
     _transfer(old, tool)
     _keep_counter(old, tool)

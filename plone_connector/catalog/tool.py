@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import zlib
 
 import Missing
 import transaction
@@ -24,6 +25,7 @@ from AccessControl.Permissions import manage_zcatalog_indexes as ManageZCatalogI
 from AccessControl.Permissions import search_zcatalog as SearchZCatalog
 from AccessControl.SecurityInfo import ClassSecurityInfo
 from Acquisition import aq_base, aq_inner, aq_parent
+from BTrees.IIBTree import IIBTree
 from DateTime import DateTime
 from plone.indexer.interfaces import IIndexableObject
 from Products.CMFCore.indexing import processQueue
@@ -55,6 +57,9 @@ _RID_PATHS = object()
 SORT_KEYS = ("sort_on", "sort_order")
 BATCH_KEYS = ("b_start", "b_size", "sort_limit")
 MAX_UID_LENGTH = 200
+# Slots of the uid claims (``ServiceCatalogTool._claim``): two transactions at once that change
+# entries of different uids conflict only when the uids share a slot (about n1 * n2 / 2**20).
+CLAIM_SLOTS = 1 << 20
 
 
 def catalog_uid(path: str) -> str:
@@ -94,6 +99,9 @@ class ServiceCatalogTool(CatalogTool):
     _catalog_batches = None
     # Field/Keyword index name -> value type declared in the service, once known (see schema.py).
     _service_value_types = None
+    # Uid claims: slot (a hash of the catalog uid) -> a token of the last transaction that
+    # changed that uid's entry (see _claim).
+    _catalog_claims = None
 
     # -- where ------------------------------------------------------------------------------
 
@@ -128,6 +136,24 @@ class ServiceCatalogTool(CatalogTool):
             outcomes.watch(self)
             outcomes.record(self, manager)
         return manager
+
+    def _claim(self, manager, uid: str) -> None:
+        """Write the uid's slot in a BTree of the ZODB, so that two transactions at once that both
+        change the entry of one uid conflict there (ConflictError, retried by the publisher with a
+        fresh snapshot), as they would in ZCatalog's own index BTrees.
+
+        Without it ZODB commits both when they changed different objects (a security reindex of
+        a folder's subtree and an edit of a document in it; a reorder and an edit; a deletion
+        and a reindex), and the service keeps one entry computed from a snapshot that lacks the
+        other's change: a revoked role still finding the document, a stale order, a phantom.
+        """
+        claims = self._catalog_claims
+        if claims is None:
+            claims = self._catalog_claims = IIBTree()
+        slot = zlib.crc32(uid.encode("utf-8", "surrogatepass")) % CLAIM_SLOTS
+        token = manager.batch.token
+        if claims.get(slot) != token:
+            claims[slot] = token
 
     def _changing(self):
         """The transaction's batch manager; bumps the counter and marks the batch beside it."""
@@ -180,11 +206,16 @@ class ServiceCatalogTool(CatalogTool):
         values, metadata = self._extract(wrapper, idxs, update_metadata)
         self._settle_value_types(values)
         manager = self._changing()
-        manager.batch.index(catalog_uid(uid), uid, values, metadata, list(idxs) if idxs else None)
+        key = catalog_uid(uid)
+        self._claim(manager, key)
+        manager.batch.index(key, uid, values, metadata, list(idxs) if idxs else None)
 
     @security.protected(ManageZCatalogEntries)
     def uncatalog_object(self, uid):
-        self._changing().batch.unindex(catalog_uid(uid))
+        manager = self._changing()
+        key = catalog_uid(uid)
+        self._claim(manager, key)
+        manager.batch.unindex(key)
 
     @security.protected(ManageZCatalogEntries)
     def manage_catalogClear(self, REQUEST=None, RESPONSE=None, URL1=None):
@@ -253,8 +284,9 @@ class ServiceCatalogTool(CatalogTool):
             settled = {**settled, name: value_type}
             # A new dict (not a mutation), so ZODB stores the change with this transaction.
             self._service_value_types = settled
-            if value_type != "text":
-                self._schema_changed()
+            # Declared whatever the type, text too: the service may have the index typed
+            # otherwise, by an aborted transaction that typed it while it held no values.
+            self._schema_changed()
 
     def _service_holds_values(self, name: str) -> bool:
         try:
@@ -323,7 +355,7 @@ class ServiceCatalogTool(CatalogTool):
 
     def _own_batches(self, client) -> list[str]:
         """The staged batch of this transaction, for a read that must see its pending changes."""
-        retry_unfinished(client)
+        retry_unfinished(client, self)
         outcomes.watch(self)
         ordering.flush()
         manager = self._manager(create=False)

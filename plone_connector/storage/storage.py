@@ -21,6 +21,7 @@ and docs/decisions/storage-*.md.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import logging
 import os
@@ -93,6 +94,9 @@ create temporary table if not exists zodb_temp_store (
 # committers never wait for each other in a cycle) and returns only those worth a look: a blob to
 # replace, or a row that is not what the transaction expected (a conflict). The common commit
 # gets no rows back. MATERIALIZED: every row is locked, whatever the outer query keeps.
+# Days a catalog batch outcome (catalog_txn_outcome) is kept; pack removes older ones.
+OUTCOME_KEEP_DAYS = 30
+
 _LOCK_AND_COMPARE = """
 with locked as materialized (
     select zoid, tid, blob_id from zodb_object_state
@@ -1517,7 +1521,15 @@ class JsonbStorage(ConflictResolvingStorage):
                 for zoid, pickle in self._pickles.items():
                     self._remember(p64(zoid), tid, pickle)
                 for oid, filename in self._blob_files.items():
-                    self._cache_blob_file(oid, tid, filename)
+                    try:
+                        self._cache_blob_file(oid, tid, filename)
+                    except OSError as error:
+                        # Committed already: the blob is in the database, the cache holds only
+                        # a copy (a load downloads it). A full disk must not fail the commit.
+                        log.warning("blob of oid 0x%x committed at 0x%x not cached: %s",
+                                    u64(oid), self._tid, error)
+                        with contextlib.suppress(OSError):
+                            os.remove(filename)
                 if not self._hp:
                     # Deleted objects' blob files in the cache are garbage now, as after a pack.
                     for zoid in self._deletes:
@@ -1820,6 +1832,13 @@ class JsonbStorage(ConflictResolvingStorage):
                 if os.path.exists(path):
                     shutil.rmtree(path, ignore_errors=True)
         # else history-free without gc: there are no old revisions, so nothing to remove
+        with psycopg.connect(self._shared.dsn, autocommit=True, connect_timeout=self._shared.connect_timeout) as conn:
+            # The catalog service reads batch outcomes to resolve batches left staged, for at most
+            # its abandon TTL (7 days by default): older ones only fill the table.
+            conn.execute(
+                "delete from catalog_txn_outcome where recorded < now() - make_interval(days => %s)",
+                (OUTCOME_KEEP_DAYS,),
+            )
         with self._lock:
             self._snapshot_tid = None  # let this instance see its own pack
 

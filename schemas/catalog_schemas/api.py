@@ -83,12 +83,22 @@ class CatalogCreate(Model):
 
 
 class SchemaUpdate(Model):
-    """Add (or replace) indexes and metadata columns; remove others by name."""
+    """Add (or replace) indexes and metadata columns; remove others by name.
+
+    Replacing an index whose declaration changed drops its values (a reindex fills it again).
+    Removing an index or a column the catalog does not have is no error (a retried or repeated
+    removal is harmless); its leftovers, if any, are dropped all the same."""
 
     indexes: list[IndexDeclaration] = Field(default_factory=list, max_length=500)
     metadata: list[str] = Field(default_factory=list, max_length=500)
     remove_indexes: list[str] = Field(default_factory=list, max_length=500)
     remove_metadata: list[str] = Field(default_factory=list, max_length=500)
+    # Apply only what loses no data, for a transaction that has not committed yet (the connector
+    # sends it before the vote, so that its staged entries validate, and the whole update once
+    # ZODB has committed): add the indexes and columns the catalog lacks, and replace the
+    # declaration of an index that holds no values; the removals, and the changed declarations of
+    # indexes that hold values, are left out.
+    only_add: bool = False
 
 
 class CatalogInfo(Model):
@@ -131,6 +141,11 @@ class Batch(Model):
     entries: list[IndexEntry | UnindexEntry] = Field(default_factory=list)
     # Wipe the catalog's content before applying the entries (clearFindAndRebuild).
     clear: bool = False
+    # The version of the transaction's snapshot (its entries carry it too). A clear with a version
+    # removes only the objects and tombstones of older versions, so that, committed late (by a
+    # resolver), it keeps what newer transactions committed in between; without one it removes
+    # everything.
+    version: int | None = None
 
 
 class BatchAppend(Model):

@@ -377,3 +377,23 @@ def test_a_record_with_unknown_references_committed_during_pack_stops_it(storage
     finally:
         other.close()
     storage.load(garbage)
+
+
+@pytest.mark.parametrize("mode", ["history-free", "history-preserving"])
+def test_pack_prunes_catalog_batch_outcomes_past_the_keep_days(storage, hp_storage, storage_dsn, hp_storage_dsn, mode):
+    """catalog_txn_outcome holds a row per transaction with catalog changes; the catalog service
+    reads them for at most its abandon TTL (7 days). Pack removes those older than
+    OUTCOME_KEEP_DAYS, and keeps the recent ones."""
+    from plone_connector.storage.storage import OUTCOME_KEEP_DAYS
+
+    target, dsn = (storage, storage_dsn) if mode == "history-free" else (hp_storage, hp_storage_dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "insert into catalog_txn_outcome (batch_id, tid, recorded) values"
+            " ('old', 1, now() - make_interval(days => %s)), ('recent', 2, now() - interval '6 days')",
+            (OUTCOME_KEEP_DAYS + 1,),
+        )
+    target.pack(time.time(), referencesf)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        kept = {row[0] for row in conn.execute("select batch_id from catalog_txn_outcome")}
+    assert kept == {"recent"}

@@ -399,12 +399,15 @@ def rows_source(schema: CatalogSchema, batch_ids, params: Params) -> str:
         return schema.table
     cat = params.add(schema.catalog_id, "integer")
     batches = params.add(list(batch_ids), "text[]")
-    # A staged clear batch wipes the catalog before its own entries: the committed rows and the
-    # rows of batches named before it are not seen.
+    # A staged clear batch wipes the catalog before its own entries: the committed rows older than
+    # its version (all without one) and the rows of batches named before it are not seen.
     last_clear = (f"(select max(array_position({batches}, b.batch_id)) from catalog_batch b "
                   f"where b.catalog_id = {cat} and b.batch_id = any({batches}) and b.clear)")
+    clear_version = (f"(select b.version from catalog_batch b where b.catalog_id = {cat} "
+                     f"and b.batch_id = ({batches})[{last_clear}])")
     return (
-        f"(select {COLUMNS} from {schema.table} t where {last_clear} is null and not exists "
+        f"(select {COLUMNS} from {schema.table} t where ({last_clear} is null or t.version >= {clear_version}) "
+        f"and not exists "
         f"(select 1 from catalog_staged s where s.catalog_id = {cat} and s.batch_id = any({batches}) "
         f"and s.uid = t.uid) "
         f"union all select {COLUMNS} from (select distinct on (s.uid) s.op, {COLUMNS} "

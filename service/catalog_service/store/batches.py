@@ -169,7 +169,7 @@ async def _batch_state(conn: asyncpg.Connection, catalog: Catalog, batch_id: str
 
 
 async def _lock_or_create(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, state: str,
-                          clear: bool = False, entries: int = 0) -> str | None:
+                          clear: bool = False, entries: int = 0, version: int | None = None) -> str | None:
     """Lock the batch's row and return its state, or create it in ``state`` and return None.
 
     A row another transaction is inserting cannot be locked: the insert's ON CONFLICT waits for
@@ -180,9 +180,9 @@ async def _lock_or_create(conn: asyncpg.Connection, catalog: Catalog, batch_id: 
         if found is not None:
             return found
         created = await conn.fetchval(
-            "insert into catalog_batch (catalog_id, batch_id, state, clear, entries, finished) "
-            "values ($1, $2, $3, $4, $5, case when $3 = 'staged' then null else now() end) "
-            "on conflict do nothing returning 1", catalog.id, batch_id, state, clear, entries)
+            "insert into catalog_batch (catalog_id, batch_id, state, clear, entries, version, finished) "
+            "values ($1, $2, $3, $4, $5, $6, case when $3 = 'staged' then null else now() end) "
+            "on conflict do nothing returning 1", catalog.id, batch_id, state, clear, entries, version)
         if created:
             return None
 
@@ -275,7 +275,7 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
     transaction holds the catalog's write lock already."""
     if not locked:
         await lock_writes(conn, catalog, exclusive=batch.clear)
-    state = await _lock_or_create(conn, catalog, batch.batch_id, "staged", batch.clear, len(changes))
+    state = await _lock_or_create(conn, catalog, batch.batch_id, "staged", batch.clear, len(changes), batch.version)
     if state == "committed":
         return state
     if state == "aborted":
@@ -288,9 +288,9 @@ async def stage(conn: asyncpg.Connection, catalog: Catalog, batch: Batch, change
             await conn.execute(f"delete from {table} where catalog_id = $1 and batch_id = $2",
                                catalog.id, batch.batch_id)
         await conn.execute(
-            "update catalog_batch set entries = $3, clear = $4, created = now() "
+            "update catalog_batch set entries = $3, clear = $4, version = $5, created = now() "
             "where catalog_id = $1 and batch_id = $2",
-            catalog.id, batch.batch_id, len(changes), batch.clear)
+            catalog.id, batch.batch_id, len(changes), batch.clear, batch.version)
 
     keep_profile = profile is None
     profile = StagedProfile() if profile is None else profile
@@ -313,7 +313,7 @@ async def _lock_batch(conn: asyncpg.Connection, catalog: Catalog, batch_id: str,
             "select clear from catalog_batch where catalog_id = $1 and batch_id = $2", catalog.id, batch_id))
         await lock_writes(conn, catalog, exclusive)
     batch = await conn.fetchrow(
-        "select state, clear, entries, profile from catalog_batch where catalog_id = $1 and batch_id = $2 "
+        "select state, clear, entries, profile, version from catalog_batch where catalog_id = $1 and batch_id = $2 "
         "for update", catalog.id, batch_id)
     if batch is not None and batch["state"] == "staged" and batch["clear"] and exclusive is False:
         await lock_writes(conn, catalog, exclusive=True)  # staged again as a clear since it was read
@@ -399,6 +399,51 @@ async def _write_rows(conn: asyncpg.Connection, catalog: Catalog, batch_id: str,
         )
 
 
+async def _clear(conn: asyncpg.Connection, catalog: Catalog, version: int | None) -> None:
+    """A clear batch's wipe, before its entries are applied: the objects and tombstones older than
+    the batch's ``version`` (all of them without one), and the text statistics they counted.
+
+    Versioned, the clear is right whenever it commits: what it removes is what its transaction's
+    snapshot could have seen, and its entries (of that version) replace the rest as any batch's
+    do. Committed late by a resolver, it keeps the newer changes other transactions committed in
+    between (and their tombstones), instead of wiping them and bringing the older state back."""
+    cat, table = catalog.id, catalog.table
+    if version is None:
+        await conn.execute(f"delete from {table}")
+        await conn.execute("delete from catalog_tombstone where catalog_id = $1", cat)
+    else:
+        await conn.execute(f"delete from {table} where version < $1", version)
+        await conn.execute("delete from catalog_tombstone where catalog_id = $1 and version < $2", cat, version)
+    for table_name in TEXT_TABLES:
+        await conn.execute(f"delete from {table_name} where catalog_id = $1", cat)
+    if version is not None and catalog.text_indexes:
+        await _count_text(conn, catalog)
+
+
+async def _count_text(conn: asyncpg.Connection, catalog: Catalog) -> None:
+    """Count the text statistics (documents and words, lexicon, cells) of the catalog's rows afresh,
+    into emptied tables: after a versioned clear, for the rows it kept (newer than the clear,
+    usually none), as ``_text_profile`` counts a batch's objects."""
+    cat, table, names = catalog.id, catalog.table, catalog.text_indexes
+    texts = (f"from {table} t, jsonb_each(t.text) e where t.catalog_id = $1 and e.key = any($2::text[]) "
+             f"and jsonb_typeof(e.value) = 'array'")
+    await conn.execute(
+        f"insert into catalog_text_stats (catalog_id, index_name, docs, words) "
+        f"select $1, e.key, count(*), sum(jsonb_array_length(e.value)) {texts} group by e.key", cat, names)
+    words = (f"from {table} t, jsonb_each(t.text) e, lateral (select x, count(*)::integer "
+             f"from jsonb_array_elements_text(e.value) x group by x) d(w, f) "
+             f"where t.catalog_id = $1 and e.key = any($2::text[]) and jsonb_typeof(e.value) = 'array'")
+    await conn.execute(
+        f"insert into catalog_lexicon (catalog_id, index_name, word, df) "
+        f"select $1, e.key, d.w, count(*) {words} group by e.key, d.w", cat, names)
+    cell_names = [name for name in names if catalog.schema.indexes[name].has_cells]
+    if cell_names:
+        await conn.execute(
+            f"insert into catalog_text_cell (catalog_id, index_name, word, fb, lb, n) "
+            f"select $1, e.key, d.w, catalog_text_bucket(d.f), catalog_text_bucket(jsonb_array_length(e.value)), "
+            f"count(*) {words} group by 2, 3, 4, 5", cat, cell_names)
+
+
 async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows: str = STAGED,
                  profile: StagedProfile | None = None, *, locked: bool = False) -> BatchResult:
     """Apply a staged batch (its rows in ``rows``); must run inside a transaction. ``profile``:
@@ -428,10 +473,7 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
         await conn.execute(f"insert into catalog_inflight (catalog_id, uid) select distinct $1::integer, s.uid "
                            f"{staged} order by s.uid", cat, bid)
     else:
-        await conn.execute(f"delete from {table}")
-        await conn.execute("delete from catalog_tombstone where catalog_id = $1", cat)
-        for table_name in TEXT_TABLES:
-            await conn.execute(f"delete from {table_name} where catalog_id = $1", cat)
+        await _clear(conn, catalog, batch["version"])
 
     text_indexes = catalog.text_indexes
     if text_indexes:

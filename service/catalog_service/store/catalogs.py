@@ -17,7 +17,7 @@ from functools import cached_property
 import asyncpg
 import orjson
 
-from catalog_schemas.api import CatalogCreate, IndexDeclaration, SchemaUpdate
+from catalog_schemas.api import NAME_PATTERN, CatalogCreate, IndexDeclaration, SchemaUpdate
 
 from ..errors import BadRequest, Conflict, NotFound
 from ..indexes import make_index
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 TOAST_TARGET_OPTION = "toast_tuple_target=8160"
 # A catalog's text statistics (lexicon, documents and words, score cells), emptied with its rows.
 TEXT_TABLES = ("catalog_lexicon", "catalog_text_stats", "catalog_text_cell")
+_INDEX_NAME = re.compile(NAME_PATTERN)
 # The (quoted) name in an index's "create index if not exists <name> on ..." statement.
 _CREATED_INDEX = re.compile(r'create index if not exists ("(?:[^"]|"")*"|\S+) on ')
 
@@ -166,6 +167,25 @@ def _check_declarations(indexes: list[IndexDeclaration], metadata: list[str]) ->
             raise BadRequest(f"invalid metadata column name {name!r}")
 
 
+def _changes(catalog: Catalog, update: SchemaUpdate) -> bool:
+    """Whether ``update`` may change ``catalog``: a removal (unless ``only_add``), a declaration
+    that differs from the catalog's, a column it lacks."""
+    if not update.only_add and (update.remove_indexes or update.remove_metadata):
+        return True
+    current = {d.name: d for d in catalog.declarations}
+    return (any(current.get(d.name) != d for d in update.indexes)
+            or any(m not in catalog.metadata_names for m in update.metadata))
+
+
+async def _holds_values(conn: asyncpg.Connection, catalog: Catalog, name: str) -> bool:
+    """Whether any committed row holds a value of index ``name`` (a physical path index: any row)."""
+    index = catalog.schema.indexes[name]
+    if isinstance(index, ExtendedPathIndex) and index.physical:
+        return bool(await conn.fetchval(f"select exists (select 1 from {catalog.table})"))
+    return bool(await conn.fetchval(
+        f"select exists (select 1 from {catalog.table} where idx ? $1::text or text ? $1::text)", name))
+
+
 class CatalogRegistry:
     """Catalog rows by name, cached per process; the cache is checked against ``schema_rev``."""
 
@@ -231,26 +251,45 @@ class CatalogRegistry:
         return catalog, token
 
     async def update_schema(self, conn: asyncpg.Connection, catalog: Catalog, update: SchemaUpdate) -> Catalog:
-        current = {d.name: d for d in catalog.declarations}
-        for name in update.remove_indexes:
-            if name not in current:
-                raise NotFound(f"no index {name!r}")
-            current.pop(name)
-        for decl in update.indexes:
-            current[decl.name] = decl
-        metadata = [m for m in catalog.metadata if m not in set(update.remove_metadata)]
-        missing = set(update.remove_metadata) - set(catalog.metadata)
-        if missing:
-            raise NotFound(f"no metadata column {sorted(missing)!r}")
-        metadata += [m for m in update.metadata if m not in metadata]
-        _check_declarations(list(current.values()), metadata)
-        table = catalog.table
+        """Apply ``update`` (see SchemaUpdate, ``only_add`` included). An update that changes
+        nothing leaves the catalog, and its schema revision, as they are."""
+        if not _changes(catalog, update):
+            return catalog
         async with conn.transaction():
             await lock_writes(conn, catalog, exclusive=True)
-            await conn.execute("select 1 from catalog where id = $1 for update", catalog.id)
-            changed = [d for d in update.indexes if catalog.schema.indexes.get(d.name) is None
-                       or catalog.schema.indexes[d.name].decl != d]
-            removed = list(update.remove_indexes) + [d.name for d in changed if d.name in catalog.schema.indexes]
+            # Decided on the catalog as it stands under the lock: a schema change that committed
+            # since the request loaded it is kept, not overwritten with the older declarations.
+            row = await conn.fetchrow("select * from catalog where id = $1 for update", catalog.id)
+            if row is None:
+                raise NotFound(f"no catalog {catalog.name!r}")
+            catalog = build(row)
+            table = catalog.table
+            current = {d.name: d for d in catalog.declarations}
+            # (No index was ever declared under a name that is not an index name: such a name has
+            # no leftovers, and no SQL identifier.)
+            remove_indexes = [n for n in update.remove_indexes if n in current or _INDEX_NAME.fullmatch(n)]
+            remove_metadata = list(update.remove_metadata)
+            if update.only_add:
+                remove_indexes, remove_metadata = [], []
+            # An index both removed and declared is replaced (its values dropped), as if changed.
+            changed = list({d.name: d for d in update.indexes
+                            if current.get(d.name) != d or d.name in remove_indexes}.values())
+            if update.only_add:
+                # Nothing that loses data: no new declaration (which drops the values) for an
+                # index that holds values.
+                changed = [d for d in changed if d.name not in current or not await _holds_values(conn, catalog, d.name)]
+            # A name the catalog does not have is removed all the same (no 404): a retried or
+            # repeated removal is harmless, and drops any leftovers of the name.
+            for name in remove_indexes:
+                current.pop(name, None)
+            for decl in changed:
+                current[decl.name] = decl
+            metadata = [m for m in catalog.metadata if m not in set(remove_metadata)]
+            metadata += [m for m in update.metadata if m not in metadata]
+            if not (changed or remove_indexes or remove_metadata) and metadata == list(catalog.metadata):
+                return catalog
+            _check_declarations(list(current.values()), metadata)
+            removed = list(dict.fromkeys(remove_indexes + [d.name for d in changed if d.name in catalog.schema.indexes]))
             for name in removed:
                 for suffix in ("v", "g", "t", "c", "p", "r", "pr"):
                     await conn.execute(f"drop index if exists {index_ident(table, name, suffix)}")
@@ -261,7 +300,7 @@ class CatalogRegistry:
                 for table_name_ in TEXT_TABLES:
                     await conn.execute(f"delete from {table_name_} where catalog_id = $1 and index_name = $2",
                                        catalog.id, name)
-            for name in update.remove_metadata:
+            for name in remove_metadata:
                 await conn.execute(f"update {table} set meta = meta - $1::text where meta ? $1::text", name)
             for decl in changed:
                 for statement in make_index(decl).ddl(table):
