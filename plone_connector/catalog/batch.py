@@ -49,7 +49,7 @@ _unfinished: list[tuple[str, str]] = []
 _unfinished_lock = threading.Lock()
 # Schema changes whose sending failed after ZODB committed them: catalog id -> (index names,
 # column names) removed. Sent again (retry_unfinished) from the tool's declarations then.
-_unsent_schemas: dict[str, tuple[set[str], set[str]]] = {}
+_unsent_schemas: dict[str, _UnsentSchema] = {}
 
 
 def _commit(client, catalog_id: str, batch_id: str, batch: PendingBatch | None = None) -> None:
@@ -98,6 +98,7 @@ class PendingBatch:
         self.batch_id = uuidlib.uuid4().hex
         # The value this transaction writes into the tool's uid claims: its own (random, not 0).
         self.token = random.getrandbits(31) or 1
+        self.counted = False  # this transaction counted in the tool's claim count
         self.version = version
         self.entries: dict[str, dict] = {}
         self.clear = False
@@ -248,6 +249,7 @@ class BatchDataManager:
         # The whole update as of the last sending of the additions, for tpc_finish; and the
         # service's indexes that sending answered (the batch was staged against them).
         self._schema_final: SchemaUpdate | None = None
+        self._schema_tool = None  # the catalog tool whose schema that is
         self._service_indexes: dict[str, IndexDeclaration] = {}
         self._service_metadata: frozenset[str] = frozenset()
         # Set when the tool has named this batch beside the catalog counter in ZODB: readers will
@@ -308,7 +310,8 @@ class BatchDataManager:
         removed_indexes, removed_metadata = self._schema_removed
         removed_indexes.update(pending["remove_indexes"])
         removed_metadata.update(pending["remove_metadata"])
-        update = pending["tool"].schema_update(removed_indexes, removed_metadata)
+        self._schema_tool = pending["tool"]
+        update = self._schema_tool.schema_update(removed_indexes, removed_metadata)
         additions = update.model_copy(update={"only_add": True, "remove_indexes": [], "remove_metadata": []})
         info = self.client.update_schema(self.batch.catalog_id, additions)
         self._schema_final = update
@@ -329,7 +332,7 @@ class BatchDataManager:
         except Exception:
             logger.exception("the schema change of catalog %s could not be sent after ZODB committed it; "
                              "will retry", catalog_id)
-            _keep_schema(catalog_id, update)
+            _keep_schema(catalog_id, update, _last_tid(self._schema_tool))
             return False
         return {d.name: d for d in info.indexes} != self._service_indexes
 
@@ -346,7 +349,7 @@ class BatchDataManager:
             logger.exception("catalog batch %s could not be staged again after the schema change of its "
                              "transaction; committed as staged before (run verify --repair if the changed "
                              "indexes differ)", batch.batch_id)
-            _keep_schema(batch.catalog_id, update)
+            _keep_schema(batch.catalog_id, update, _last_tid(self._schema_tool))
 
     # -- ISavepointDataManager -------------------------------------------------------------
 
@@ -372,6 +375,10 @@ class BatchDataManager:
         # holds it until tpc_finish, and a large staging (a rebuild's) under it would keep every
         # other writer of the database waiting.
         self._stage_for_vote()
+        if self._schema_final is not None:
+            # As ZODB will commit it: a savepoint rolled back since the additions were sent may
+            # have taken a removal back (schema_update keeps what the tool still has).
+            self._schema_final = self._schema_tool.schema_update(*self._schema_removed)
 
     def tpc_vote(self, txn):
         self._stage_for_vote()  # nothing to send unless the batch changed since commit()
@@ -425,7 +432,7 @@ class BatchDataManager:
             if schema is not None:
                 # Sent by the next query's retry as ZODB then has it (its removals only if they
                 # were committed: schema_update keeps an index ZODB still has).
-                _keep_schema(self.batch.catalog_id, schema)
+                _keep_schema(self.batch.catalog_id, schema, _last_tid(self._schema_tool))
             self._discard(txn, in_service=False)
             return
         self._discard(txn)
@@ -509,11 +516,35 @@ def retry_unfinished(client, tool=None) -> None:
         _retry_schema(client, tool)
 
 
-def _keep_schema(catalog_id: str, update: SchemaUpdate) -> None:
+class _UnsentSchema:
+    """Removals not sent yet, and the ZODB tid a snapshot must have reached to send them: the
+    transaction that made them (an older snapshot still has the removed indexes, and the
+    declarations of before)."""
+
+    def __init__(self):
+        self.indexes: set[str] = set()
+        self.metadata: set[str] = set()
+        self.after = 0
+
+
+def _keep_schema(catalog_id: str, update: SchemaUpdate, after: int = 0) -> None:
     with _unfinished_lock:
-        indexes, metadata = _unsent_schemas.setdefault(catalog_id, (set(), set()))
-        indexes.update(update.remove_indexes)
-        metadata.update(update.remove_metadata)
+        unsent = _unsent_schemas.setdefault(catalog_id, _UnsentSchema())
+        unsent.indexes.update(update.remove_indexes)
+        unsent.metadata.update(update.remove_metadata)
+        unsent.after = max(unsent.after, after)
+
+
+def _last_tid(tool) -> int:
+    """The newest tid the tool's ZODB connection knows of (right after a commit: at least that
+    commit's), 0 if unknown."""
+    jar = getattr(tool, "_p_jar", None)
+    storage = getattr(jar, "_normal_storage", None) or getattr(jar, "_storage", None)
+    try:
+        last = storage.lastTransaction()
+    except Exception:  # noqa: BLE001 - only a bound for the retry
+        return 0
+    return int.from_bytes(last, "big") if last else 0
 
 
 def _retry_schema(client, tool) -> None:
@@ -521,22 +552,24 @@ def _retry_schema(client, tool) -> None:
     at least as new as the change whose sending failed), with the removals that were not sent."""
     catalog_id = tool.catalog_id()
     with _unfinished_lock:
-        removed = _unsent_schemas.pop(catalog_id, None)
-    if removed is None:
-        return
+        unsent = _unsent_schemas.get(catalog_id)
+        if unsent is None or tool._snapshot_version() < unsent.after:
+            return  # an older snapshot (another thread's transaction): a later query sends them
+        del _unsent_schemas[catalog_id]
+    removed = SchemaUpdate(remove_indexes=sorted(unsent.indexes), remove_metadata=sorted(unsent.metadata))
     manager = current_manager(client, catalog_id, None, create=False)
     if manager is not None and (manager.schema_update is not None or manager._schema_final is not None):
         # This transaction changes the schema itself, so the tool's declarations are not all
         # committed ones: a later query, in another transaction, sends them.
-        _keep_schema(catalog_id, SchemaUpdate(remove_indexes=sorted(removed[0]), remove_metadata=sorted(removed[1])))
+        _keep_schema(catalog_id, removed, unsent.after)
         return
     try:
-        client.update_schema(catalog_id, tool.schema_update(*removed))
+        client.update_schema(catalog_id, tool.schema_update(unsent.indexes, unsent.metadata))
     except CatalogServiceError as exc:
         if isinstance(exc, ServiceRejected) or (exc.status is not None and 400 <= exc.status < 500):
             logger.error("the schema change of catalog %s could not be sent: %s", catalog_id, exc)
             return
-        _keep_schema(catalog_id, SchemaUpdate(remove_indexes=sorted(removed[0]), remove_metadata=sorted(removed[1])))
+        _keep_schema(catalog_id, removed, unsent.after)
         raise
     logger.warning("the schema change of catalog %s, not sent when its transaction committed, was sent now",
                    catalog_id)

@@ -16,6 +16,7 @@ import os
 import transaction
 from Acquisition import aq_base, aq_inner, aq_parent
 from BTrees.IIBTree import IIBTree
+from BTrees.Length import Length
 from Products.CMFPlone.CatalogTool import CatalogTool
 from Products.ZCatalog.Catalog import Catalog
 
@@ -120,7 +121,9 @@ def install_service_catalog(portal, catalog_id: str | None = None) -> ServiceCat
     tool = ServiceCatalogTool()
     tool.service_catalog_id = catalog_id or os.environ.get("CATALOG_SERVICE_CATALOG_ID") or portal.getId()
     tool._service_value_types = value_types
-    tool._catalog_claims = IIBTree()  # here, so that the first claims do not write the tool
+    # Here, so that the first claims do not write the tool.
+    tool._catalog_claims = IIBTree()
+    tool._catalog_claim_count = Length()
     tool = _swap(portal, tool)
     _transfer(old, tool)
     _keep_counter(old, tool)

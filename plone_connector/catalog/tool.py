@@ -26,6 +26,7 @@ from AccessControl.Permissions import search_zcatalog as SearchZCatalog
 from AccessControl.SecurityInfo import ClassSecurityInfo
 from Acquisition import aq_base, aq_inner, aq_parent
 from BTrees.IIBTree import IIBTree
+from BTrees.Length import Length
 from DateTime import DateTime
 from plone.indexer.interfaces import IIndexableObject
 from Products.CMFCore.indexing import processQueue
@@ -102,6 +103,8 @@ class ServiceCatalogTool(CatalogTool):
     # Uid claims: slot (a hash of the catalog uid) -> a token of the last transaction that
     # changed that uid's entry (see _claim).
     _catalog_claims = None
+    # Transactions that claimed (a Length): a clear reads it as current (_hold_claims).
+    _catalog_claim_count = None
 
     # -- where ------------------------------------------------------------------------------
 
@@ -151,9 +154,30 @@ class ServiceCatalogTool(CatalogTool):
         if claims is None:
             claims = self._catalog_claims = IIBTree()
         slot = zlib.crc32(uid.encode("utf-8", "surrogatepass")) % CLAIM_SLOTS
-        token = manager.batch.token
-        if claims.get(slot) != token:
-            claims[slot] = token
+        batch = manager.batch
+        if claims.get(slot) != batch.token:
+            claims[slot] = batch.token
+        if not (batch.counted or batch.clear):  # once per transaction; a clear reads it (_hold_claims)
+            count = self._catalog_claim_count
+            if count is None:
+                count = self._catalog_claim_count = Length()
+            count.change(1)
+            batch.counted = True
+
+    def _hold_claims(self) -> None:
+        """A clear removes the entries older than its transaction's snapshot (decisions/0016). An
+        entry of a new object that another transaction adds at once carries that one's snapshot,
+        possibly older, though the clear's snapshot never saw the object, and its uid claim merges
+        with the clear's (another key). So every transaction that claims counts itself in a
+        Length (merged too), and the clear reads that as current (ZODB's readCurrent): a claim
+        committed since its snapshot makes the clear a ReadConflictError, retried from a snapshot
+        that has it, as ZCatalog's clear conflicts. (The clear itself does not count: its own
+        write would skip the check.)"""
+        count = self._catalog_claim_count
+        jar = self._p_jar
+        if count is not None and jar is not None and count._p_oid is not None:
+            count._p_activate()  # a ghost has no serial yet, and readCurrent would skip it
+            jar.readCurrent(count)
 
     def _changing(self):
         """The transaction's batch manager; bumps the counter and marks the batch beside it."""
@@ -221,6 +245,7 @@ class ServiceCatalogTool(CatalogTool):
     def manage_catalogClear(self, REQUEST=None, RESPONSE=None, URL1=None):
         """Remove every entry (in this transaction's batch, so a failed rebuild clears nothing)."""
         self._changing().batch.clear_all()
+        self._hold_claims()
         if REQUEST and RESPONSE:
             RESPONSE.redirect(URL1 + "/manage_catalogAdvanced?manage_tabs_message=Catalog%20Cleared")
 

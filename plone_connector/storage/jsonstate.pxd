@@ -8,10 +8,11 @@ cdef class _Encoder:
     cdef public set duplicates
     cdef public dict numbers
     cdef public Py_ssize_t depth
-    cdef public Py_ssize_t containers
+    cdef public Py_ssize_t items
     cdef public Py_ssize_t chars
 
-    cpdef enter(self)
+    cpdef enter(self, Py_ssize_t items=*)
+    cpdef charge(self, Py_ssize_t items)
     cpdef spend(self, Py_ssize_t chars)
 
     cpdef object track(self, object value)

@@ -161,23 +161,27 @@ def _is_datetime_bytes(args, size: int, fold_byte: int) -> bool:
     )
 
 
-# JSON has no form for an immutable value used twice (the pickle's memo get of a tuple or a
-# text): each use is written out in full. So a record can describe a JSON state far larger than
-# itself, exponentially so with shared tuples nested (a tuple holding one tuple twice, which
-# holds one tuple twice, ...). Unshared, a record holds at most one container per byte and one
-# character of text per byte; past these multiples of its length it is kept exact instead
-# (keys and values repeated from the memo, as the pickler writes interned keys, stay within).
-EXPANSION_CONTAINERS = 8
+# JSON has no form for an immutable value used twice (the pickle's memo get of a tuple, a text
+# or bytes): each use is written out in full. So a record can describe a JSON state far larger
+# than itself: a tuple of a thousand items used a thousand times, or exponentially so with shared
+# tuples nested (a tuple holding one tuple twice, which holds one tuple twice, ...). Unshared, a
+# record holds at most one value per byte (containers and their items) and one character of text
+# or byte of bytes per byte; past these multiples of its length it is kept exact instead (keys
+# and values repeated from the memo, as the pickler writes interned keys, stay well within).
+# Texts shorter than LONG_TEXT are counted as items only (so at most LONG_TEXT characters each).
+EXPANSION_ITEMS = 8
 EXPANSION_CHARS = 64
 EXPANSION_SLACK = 1 << 16
-LONG_TEXT = 256  # texts from this length count against the budget (dict keys always do)
+LONG_TEXT = 256  # texts from this length count against the characters too (dict keys always do)
 _EXPANDS = "shared immutable values expand too far in JSON"
 
 
 def expansion_budget(size: int) -> tuple[int, int]:
-    """(containers, characters of text) the JSON of a record of ``size`` bytes may hold."""
+    """(values, characters of text and bytes) the JSON of a record of ``size`` bytes may hold.
+    The compiled fast path takes a record only within half of it (jsonstate_fast.pyx), so that
+    the two paths never disagree on what is kept exact."""
     return (
-        EXPANSION_CONTAINERS * size + EXPANSION_SLACK,
+        EXPANSION_ITEMS * size + EXPANSION_SLACK,
         EXPANSION_CHARS * size + 16 * EXPANSION_SLACK,
     )
 
@@ -192,15 +196,19 @@ class _Encoder:
         self.duplicates: set[int] = set()
         self.numbers: dict[int, int] = {}
         self.depth = 0  # containers being encoded, one inside the other
-        self.containers, self.chars = budget  # what is left of the expansion budget
+        self.items, self.chars = budget  # what is left of the expansion budget
 
-    def enter(self) -> None:
+    def enter(self, items: int = 0) -> None:
+        """A container of ``items`` values begins."""
         depth = self.depth + 1
         if depth > MAX_NESTING:
             raise _Unsupported(f"containers nested deeper than {MAX_NESTING}")
         self.depth = depth
-        self.containers -= 1
-        if self.containers < 0:
+        self.charge(1 + items)
+
+    def charge(self, items: int) -> None:
+        self.items -= items
+        if self.items < 0:
             raise _Unsupported(_EXPANDS)
 
     def spend(self, chars: int) -> None:
@@ -260,6 +268,7 @@ class _Encoder:
         if kind is GlobalMeta:
             return {"@global": value.dotted}
         if kind is bytes:
+            self.spend(len(value))
             return {"@b": base64.b64encode(value).decode("ascii")}
         if kind is list:
             again = self.track(value)
@@ -275,7 +284,7 @@ class _Encoder:
 
     def enc_items(self, values) -> list:
         # ASCII texts without U+0000 and None are their own JSON (the common items): no call.
-        self.enter()
+        self.enter(len(values))
         enc = self.enc
         items = [
             item
@@ -292,7 +301,7 @@ class _Encoder:
         if again is not None:
             return again
         self.number(value)
-        self.enter()
+        self.enter(len(value))
         if _plain_keys(value):
             self.spend(sum(map(len, value)))
             enc = self.enc
@@ -337,7 +346,11 @@ class _Encoder:
         return body
 
     def enc_node(self, node: Node):
-        self.enter()
+        items = len(node.args)
+        for kind, payload in node.ops:
+            if kind != "state":  # items or dictitems: a list
+                items += len(payload)
+        self.enter(items)
         body = self.enc_call(node)
         self.depth -= 1
         return body

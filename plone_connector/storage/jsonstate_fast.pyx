@@ -268,7 +268,12 @@ cdef class _Tree:
     cdef int nmemo, cmemo
     cdef int meta      # slot of the class metadata
     cdef int root      # slot of the state
-    cdef Py_ssize_t json_limit  # memo gets of tuples and texts repeat them in JSON: a bound
+    # Memo gets of tuples, texts and bytes repeat them in JSON: bounds of what emit_json writes
+    # (values, bytes of text), within half of jsonstate.expansion_budget, so that a record this
+    # path takes is never one the reference keeps exact (its count of a container and its items
+    # is at most twice the values written here; its characters at most the bytes written).
+    cdef Py_ssize_t json_limit
+    cdef Py_ssize_t values_left
 
     def __dealloc__(self):
         PyMem_Free(self.nodes)
@@ -566,8 +571,8 @@ cdef class _Tree:
         self.source = record
         self.data = <const unsigned char *>PyBytes_AS_STRING(record)
         self.size = PyBytes_GET_SIZE(record)
-        # As jsonstate.expansion_budget's characters: far beyond any record without repeats.
-        self.json_limit = 64 * self.size + (1 << 20)
+        self.json_limit = 64 * self.size + (1 << 20)  # jsonstate.expansion_budget's characters
+        self.values_left = (8 * self.size + (1 << 16)) // 2  # half its values
         self.meta = self.root = -1
         end = self.read(0, False)
         if end < 0:
@@ -864,7 +869,8 @@ cdef class _Tree:
         cdef char *text
         if depth > MAX_DEPTH:
             raise _TooDeep()
-        if out.size > self.json_limit:  # the reference path keeps such a record exact
+        self.values_left -= 1
+        if out.size > self.json_limit or self.values_left < 0:  # the reference decides
             raise _NotPlain()
         if kind == K_STR:
             json_text(out, self.data + node.pstart, node.pend - node.pstart)
@@ -1814,6 +1820,8 @@ def scan(bytes record):
         out.size = out.capacity = 0
         try:
             tree.emit_json(&out, tree.root, 0, refs, seen)
+            if out.size > tree.json_limit:
+                return None
             text = PyUnicode_DecodeUTF8(out.data, out.size, "strict")
         finally:
             PyMem_Free(out.data)

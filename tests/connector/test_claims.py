@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.plone]
 
 
 def _claiming(uid: str, token: int):
-    manager = SimpleNamespace(batch=SimpleNamespace(token=token))
+    manager = SimpleNamespace(batch=SimpleNamespace(token=token, counted=False, clear=False))
 
     def claim(site):
         site.portal_catalog._claim(manager, uid)
