@@ -718,9 +718,12 @@ class JsonbStorage(ConflictResolvingStorage):
                 else:
                     (tid,) = self._outside_transaction("select tid from zodb_commit").fetchone()
                 self._ltid = max(self._ltid, tid)
-            elif not self._ltid:
+            elif not self._ltid or self._snapshot_tid is None:
+                # No snapshot yet (before the first poll, or after one that failed): the reads
+                # of this transaction will see the one that starts now, which may be newer than
+                # the last poll (the catalog connector versions its entries by this).
                 self._ensure_snapshot()
-                self._ltid = self._snapshot_tid or 0
+                self._ltid = max(self._ltid, self._snapshot_tid or 0)
             return p64(self._ltid)
 
     def __len__(self) -> int:

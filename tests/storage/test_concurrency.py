@@ -359,3 +359,44 @@ def test_two_processes_recreating_an_undone_object_at_once_give_one_conflict(hp_
         assert zodb_unpickle(data).value == 2
     finally:
         reader.release()
+
+
+def test_last_transaction_after_a_failed_poll_is_the_snapshot_reads_will_see(storage, storage_dsn, monkeypatch):
+    """A poll that fails answers "invalidate everything" and leaves no snapshot; the next read
+    starts one, possibly after commits of other processes. lastTransaction() (by which the
+    catalog connector versions a transaction's entries) must not name an older point than what
+    that transaction reads, or its entries lose against older ones."""
+    from plone_connector.storage.storage import DisconnectedError
+
+    x = storage.new_oid()
+    _commit(storage, [(x, z64, 0)])
+    other = JsonbStorage(storage_dsn)
+    reader = storage.new_instance()
+    try:
+        reader.poll_invalidations()
+        before = reader.lastTransaction()
+        real = reader._new_snapshot
+
+        def unreachable(since):
+            raise DisconnectedError("the database is out of reach")
+
+        reader.afterCompletion()  # the transaction ends; the next one's poll fails
+        monkeypatch.setattr(reader, "_new_snapshot", unreachable)
+        assert reader.poll_invalidations() is None  # invalidate everything
+        monkeypatch.setattr(reader, "_new_snapshot", real)
+        newer = _commit(other, [(x, _serial_of(other, x), 1)])
+        last = reader.lastTransaction()
+        assert last >= newer > before
+        assert reader.load(x)[1] == newer
+    finally:
+        reader.release()
+        other.close()
+
+
+def _serial_of(storage, oid):
+    instance = storage.new_instance()
+    try:
+        instance.poll_invalidations()
+        return instance.load(oid)[1]
+    finally:
+        instance.release()
