@@ -14,27 +14,16 @@ import pytest
 from catalog_schemas.api import Batch, CatalogCreate, IndexDeclaration, SchemaUpdate
 from catalog_service.store import batches
 from catalog_service.store.catalogs import CatalogRegistry
-from catalog_service.store.migrations import migrate
-from tests.pg import create_database, drop_database
 from tests.service.test_api import INDEXES, UNRESTRICTED, entry
 from tests.service.test_store import connect
-from tests.service.test_text_cells import _counts
+from tests.service.test_text_cells import _counts, migrated_database
 
 D = IndexDeclaration
 
 
 @pytest.fixture(scope="module")
 def db():
-    dsn, admin = create_database("sc")
-
-    async def setup():
-        conn = await connect(dsn)
-        await migrate(conn)
-        await conn.close()
-
-    asyncio.run(setup())
-    yield dsn
-    drop_database(admin, dsn)
+    yield from migrated_database("sc")
 
 
 def run(dsn, work):

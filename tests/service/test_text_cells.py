@@ -28,9 +28,9 @@ from tests.service.test_store import connect
 WORDS = ["garden", "river", "café", "plone", "zope", "x"]
 
 
-@pytest.fixture(scope="module")
-def db():
-    dsn, admin = create_database("cells")
+def migrated_database(prefix: str):
+    """A fresh database with the service's schema, for one test module (a generator fixture)."""
+    dsn, admin = create_database(prefix)
 
     async def setup():
         conn = await connect(dsn)
@@ -40,6 +40,11 @@ def db():
     asyncio.run(setup())
     yield dsn
     drop_database(admin, dsn)
+
+
+@pytest.fixture(scope="module")
+def db():
+    yield from migrated_database("cells")
 
 
 def run(dsn, work):

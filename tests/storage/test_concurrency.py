@@ -21,15 +21,7 @@ from ZODB.tests.StorageTestBase import zodb_pickle, zodb_unpickle
 from ZODB.utils import z64
 
 from plone_connector.storage import JsonbStorage
-
-
-def _commit(storage, items):
-    t = TransactionMetaData()
-    storage.tpc_begin(t)
-    for oid, serial, value in items:
-        storage.store(oid, serial, zodb_pickle(MinPO(value)), "", t)
-    storage.tpc_vote(t)
-    return storage.tpc_finish(t)
+from tests.storage.test_history import _commit
 
 
 def _commit_blob(storage, oid, serial, value, path, content: bytes):
