@@ -812,6 +812,10 @@ class JsonbStorage(ConflictResolvingStorage):
         current = conn.execute(revision + " order by tid desc limit 1", (zoid,)).fetchone()
         undone_row = conn.execute(revision + " and tid = %s", (zoid, undone)).fetchone()
         before = conn.execute(revision + " and tid < %s order by tid desc limit 1", (zoid, undone)).fetchone()
+        if current is None or undone_row is None:
+            # undo() listed the object, then a pack (these reads take no lock) removed the
+            # revision it undoes, or the whole object as garbage.
+            raise ZODB.POSException.UndoError("the undone transaction was packed meanwhile", oid)
         current_tid = current[0]
         # The undone revision is still current if later revisions only restored its state
         # (an undo of an undo): same data origin, as FileStorage's back pointers tell it.
@@ -1417,13 +1421,21 @@ class JsonbStorage(ConflictResolvingStorage):
         )
         if written:
             # A blob object stored without a new blob file keeps its blob (as the upsert does).
+            # A back pointer (undo, restore) is kept only while the revision it names exists:
+            # undo() read it before this lock, and a pack by time may have removed that
+            # revision since (nulling the pointers already committed, pack.py); one naming a
+            # missing revision makes FileStorage's restore (zodbconvert) fail.
             conn.execute(
                 """insert into zodb_object_history
                        (zoid, tid, class_name, state, refs, exact, blob_id, data_tid)
-                   select t.zoid, %s, t.class_name, t.state, t.refs, t.exact,
-                          coalesce(t.blob_id, s.blob_id), t.data_tid
+                   select t.zoid, %(tid)s, t.class_name, t.state, t.refs, t.exact,
+                          coalesce(t.blob_id, s.blob_id),
+                          case when t.data_tid is null or t.data_tid = %(tid)s or exists (
+                                   select 1 from zodb_object_history o
+                                   where o.zoid = t.zoid and o.tid = t.data_tid)
+                               then t.data_tid end
                    from zodb_temp_store t left join zodb_object_state s using (zoid)""",
-                (tid,),
+                {"tid": tid},
             )
         if self._deletes:
             conn.execute(
