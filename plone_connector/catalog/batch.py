@@ -30,6 +30,7 @@ import uuid as uuidlib
 from concurrent.futures import Future
 
 import transaction as transaction_module
+from Acquisition import aq_base, aq_inner, aq_parent
 from transaction.interfaces import ISavepointDataManager
 from zope.interface import implementer
 
@@ -47,6 +48,8 @@ EXTENSION_KEY = "catalog_batch_ids"
 # next query of this process; the service's staged-batch resolution is the backstop.
 _unfinished: list[tuple[str, str]] = []
 _unfinished_lock = threading.Lock()
+# Their batches (by id), to apply again if a resolver aborted one meanwhile (_apply_again).
+_unfinished_batches: dict[str, Batch] = {}
 # Schema changes whose sending failed after ZODB committed them: catalog id -> (index names,
 # column names) removed. Sent again (retry_unfinished) from the tool's declarations then.
 _unsent_schemas: dict[str, _UnsentSchema] = {}
@@ -57,37 +60,45 @@ def _commit(client, catalog_id: str, batch_id: str, batch: PendingBatch | None =
         client.commit_batch(catalog_id, batch_id)
     except ServiceRejected as exc:
         if exc.status == 409 and batch is not None:
-            _apply_again(client, batch)
+            _apply_again(client, catalog_id, batch_id, batch.to_model())
             return
         logger.exception("commit of catalog batch %s failed; will retry", batch_id)
-        with _unfinished_lock:
-            _unfinished.append((catalog_id, batch_id))
+        _keep_unfinished(catalog_id, batch_id, batch)
     except Exception:
         # ZODB has committed; the batch must follow. Keep it for a later retry.
         logger.exception("commit of catalog batch %s failed; will retry", batch_id)
-        with _unfinished_lock:
-            _unfinished.append((catalog_id, batch_id))
+        _keep_unfinished(catalog_id, batch_id, batch)
 
 
-def _apply_again(client, batch: PendingBatch) -> None:
+def _keep_unfinished(catalog_id: str, batch_id: str, batch: PendingBatch | None) -> None:
+    # A copy of the batch (the transaction's abort after its commit empties it): a resolver may
+    # abort the staged batch before the retry commits it, which then applies it again.
+    model = batch.to_model() if batch is not None else None
+    with _unfinished_lock:
+        _unfinished.append((catalog_id, batch_id))
+        if model is not None:
+            _unfinished_batches[batch_id] = model
+
+
+def _apply_again(client, catalog_id: str, batch_id: str, batch: Batch) -> None:
     """ZODB committed the transaction, but its staged batch was aborted meanwhile: a resolver took
     it for one a crash had left (its commit came more than the resolve delay after its staging,
     decisions/0011). Apply its entries again under a new id; their versions keep newer changes, and
     so does the batch's version a clear (it removes only what is older than this transaction's
     snapshot, not what others committed in between)."""
-    model = Batch.model_validate({**batch.to_model().model_dump(), "batch_id": uuidlib.uuid4().hex})
+    model = Batch.model_validate({**batch.model_dump(), "batch_id": uuidlib.uuid4().hex})
     try:
-        client.apply_batch(batch.catalog_id, model)
+        client.apply_batch(catalog_id, model)
     except CatalogServiceError:
         logger.exception("catalog batch %s was aborted and could not be applied again: run verify --repair",
-                         batch.batch_id)
+                         batch_id)
         return
     logger.warning("catalog batch %s was aborted by a resolver after ZODB committed; applied again as %s",
-                   batch.batch_id, model.batch_id)
+                   batch_id, model.batch_id)
     # The catalog counter's mark in ZODB names the aborted id, which the service never reports
     # committed: without this, every query of this process would wait for it in vain (about a
     # second, again every GIVE_UP_SECONDS) and not be cached until the next catalog change.
-    batch_watch.committed(batch.batch_id)
+    batch_watch.committed(batch_id)
 
 
 class PendingBatch:
@@ -324,9 +335,10 @@ class BatchDataManager:
         process (``retry_unfinished``). Returns whether the service's indexes are not the ones
         the batch was staged against (it must be staged again before its commit)."""
         catalog_id = self.batch.catalog_id
-        if not (update.remove_indexes or update.remove_metadata) and self._service_metadata.issuperset(
-                update.metadata) and all(self._service_indexes.get(d.name) == d for d in update.indexes):
-            return False  # the additions were all of it (a new index, a first value's type)
+        # Sent even when the additions were all of it (a new index, a first value's type): another
+        # transaction's additions, from a snapshot without this one's changes, may have declared
+        # an index otherwise since (the type of an index that held no committed values yet), and
+        # ZODB now has this transaction's declarations. (A no-op for the service otherwise.)
         try:
             info = self.client.update_schema(catalog_id, update)
         except Exception:
@@ -507,11 +519,19 @@ def retry_unfinished(client, tool=None) -> None:
                 client.commit_batch(catalog_id, batch_id)
             except CatalogServiceError as exc:
                 if exc.status is not None and 400 <= exc.status < 500:
+                    with _unfinished_lock:
+                        model = _unfinished_batches.pop(batch_id, None)
+                    if exc.status == 409 and model is not None:
+                        # Aborted by a resolver meanwhile, though ZODB committed it: as tpc_finish.
+                        _apply_again(client, catalog_id, batch_id, model)
+                        continue
                     logger.error("catalog batch %s could not be committed: %s", batch_id, exc)
                     continue
                 with _unfinished_lock:
                     _unfinished.extend(pending[position:])  # this one and those not tried yet
                 raise
+            with _unfinished_lock:
+                _unfinished_batches.pop(batch_id, None)
     if tool is not None and _unsent_schemas:
         _retry_schema(client, tool)
 
@@ -547,9 +567,27 @@ def _last_tid(tool) -> int:
     return int.from_bytes(last, "big") if last else 0
 
 
+def _committed_schema(tool, remove_indexes, remove_metadata) -> tuple[int, SchemaUpdate]:
+    """The snapshot version and the schema update of ``tool``'s catalog as ZODB has them now: read
+    in a fresh snapshot of a connection of its own, not in the current transaction's, which may be
+    older than a schema change committed since (a Field index typed by its first value, an index
+    added again): a whole update from it would undo that change in the service (replace the typed
+    index, dropping its values; remove the index added again)."""
+    base = aq_base(tool)
+    manager = transaction_module.TransactionManager()
+    connection = base._p_jar.db().open(transaction_manager=manager)
+    try:
+        manager.begin()  # a snapshot from now, not from the connection pool's last use
+        fresh = connection.get(base._p_oid).__of__(aq_parent(aq_inner(tool)))
+        return fresh._snapshot_version(), fresh.schema_update(remove_indexes, remove_metadata)
+    finally:
+        manager.abort()
+        connection.close()
+
+
 def _retry_schema(client, tool) -> None:
-    """Send the schema of ``tool``'s catalog as this transaction's snapshot has it (committed, and
-    at least as new as the change whose sending failed), with the removals that were not sent."""
+    """Send the schema of ``tool``'s catalog as ZODB has it now (committed, and at least as new as
+    the change whose sending failed), with the removals that were not sent."""
     catalog_id = tool.catalog_id()
     with _unfinished_lock:
         unsent = _unsent_schemas.get(catalog_id)
@@ -559,12 +597,16 @@ def _retry_schema(client, tool) -> None:
     removed = SchemaUpdate(remove_indexes=sorted(unsent.indexes), remove_metadata=sorted(unsent.metadata))
     manager = current_manager(client, catalog_id, None, create=False)
     if manager is not None and (manager.schema_update is not None or manager._schema_final is not None):
-        # This transaction changes the schema itself, so the tool's declarations are not all
-        # committed ones: a later query, in another transaction, sends them.
+        # This transaction changes the schema itself (its additions may be in the service, and
+        # not in ZODB yet): a later query, in another transaction, sends them.
         _keep_schema(catalog_id, removed, unsent.after)
         return
     try:
-        client.update_schema(catalog_id, tool.schema_update(unsent.indexes, unsent.metadata))
+        version, update = _committed_schema(tool, unsent.indexes, unsent.metadata)
+        if version < unsent.after:  # (ZODB's newest was not read: a later query sends them)
+            _keep_schema(catalog_id, removed, unsent.after)
+            return
+        client.update_schema(catalog_id, update)
     except CatalogServiceError as exc:
         if isinstance(exc, ServiceRejected) or (exc.status is not None and 400 <= exc.status < 500):
             logger.error("the schema change of catalog %s could not be sent: %s", catalog_id, exc)

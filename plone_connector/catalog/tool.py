@@ -279,6 +279,11 @@ class ServiceCatalogTool(CatalogTool):
     def _schema_changed(self, removed_index=None, removed_column=None):
         # Sent when the transaction votes: GenericSetup sets an index's properties after adding it.
         manager = self._manager(create=True)
+        # The whole update sent after the commit declares every index as this transaction's
+        # snapshot has them. So that it saw every schema change committed since, value typings
+        # (_settle_value_types writes only the tool) included, every schema change writes the tool:
+        # two at once conflict in ZODB, and the later one is retried from a fresh snapshot.
+        self._p_changed = True
         pending = manager.schema_update
         if pending is None:
             pending = manager.schema_update = {"tool": self, "remove_indexes": set(), "remove_metadata": set()}
