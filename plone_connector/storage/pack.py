@@ -14,8 +14,12 @@ ReadConflictError instead of committing a dangling reference.
 from __future__ import annotations
 
 import psycopg
+from psycopg.errors import DeadlockDetected
 from ZODB.POSException import StorageError
 from ZODB.utils import p64
+
+# Phase 2 of a history-free pack run again after losing a deadlock to a commit.
+DEADLOCK_ATTEMPTS = 3
 
 
 class PackError(StorageError):
@@ -50,39 +54,18 @@ def pack_history_free(dsn: str) -> list[bytes]:
         )
         conn.execute("commit")
         try:
-            conn.execute("begin")
-            conn.execute("select tid from zodb_commit for update")
-            # Again under the lock, for what was committed since phase 1 (indexed by tid): such
-            # a record would refer to objects that the rescue below cannot see.
-            _refuse_opaque(conn, "zodb_object_state", f"tid > {int(pack_tid)}")
-            conn.execute(
-                """with recursive rescued (zoid) as (
-                       select g.zoid from zodb_pack_garbage g
-                       where g.zoid in (
-                           select zoid from zodb_object_state where tid > %(tid)s
-                           union all
-                           select unnest(refs) from zodb_object_state where tid > %(tid)s)
-                       union
-                       select g.zoid from rescued r
-                       join zodb_object_state s on s.zoid = r.zoid
-                       cross join unnest(s.refs) as ref (zoid)
-                       join zodb_pack_garbage g on g.zoid = ref.zoid)
-                   delete from zodb_pack_garbage where zoid in (select zoid from rescued)""",
-                {"tid": pack_tid},
-            )
-            removed = conn.execute(
-                """delete from zodb_object_state s using zodb_pack_garbage g
-                   where s.zoid = g.zoid returning s.zoid, s.blob_id"""
-            ).fetchall()
-            blob_ids = [blob_id for _zoid, blob_id in removed if blob_id is not None]
-            if blob_ids:
-                conn.execute("delete from zodb_blob_chunk where blob_id = any(%s)", (blob_ids,))
-            if removed:
-                conn.execute(
-                    "update zodb_commit set tid = greatest(tid + 1, zodb_now_tid()),"
-                    " gc_tid = greatest(tid + 1, zodb_now_tid())"
-                )
-            conn.execute("commit")
+            for attempt in range(DEADLOCK_ATTEMPTS):
+                try:
+                    removed = _collect(conn, pack_tid)
+                    break
+                except DeadlockDetected as error:
+                    # A commit holding a garbage row's lock asked for the commit lock: PostgreSQL
+                    # aborted this side. The garbage list and its rescue are still right; again.
+                    conn.execute("rollback")
+                    if attempt == DEADLOCK_ATTEMPTS - 1:
+                        raise StorageError(
+                            f"pack lost {DEADLOCK_ATTEMPTS} deadlocks with commits; run it again"
+                        ) from error
         except BaseException:
             if not conn.closed:
                 conn.execute("rollback")
@@ -91,6 +74,44 @@ def pack_history_free(dsn: str) -> list[bytes]:
             if not conn.closed:
                 conn.execute("drop table if exists zodb_pack_garbage")
     return [p64(zoid) for zoid, blob_id in removed if blob_id is not None]
+
+
+def _collect(conn: psycopg.Connection, pack_tid: int) -> list[tuple[int, int | None]]:
+    """Phase 2 in one database transaction: rescue, delete; (zoid, blob_id) of what went."""
+    conn.execute("begin")
+    conn.execute("select tid from zodb_commit for update")
+    # Again under the lock, for what was committed since phase 1 (indexed by tid): such
+    # a record would refer to objects that the rescue below cannot see.
+    _refuse_opaque(conn, "zodb_object_state", f"tid > {int(pack_tid)}")
+    conn.execute(
+        """with recursive rescued (zoid) as (
+               select g.zoid from zodb_pack_garbage g
+               where g.zoid in (
+                   select zoid from zodb_object_state where tid > %(tid)s
+                   union all
+                   select unnest(refs) from zodb_object_state where tid > %(tid)s)
+               union
+               select g.zoid from rescued r
+               join zodb_object_state s on s.zoid = r.zoid
+               cross join unnest(s.refs) as ref (zoid)
+               join zodb_pack_garbage g on g.zoid = ref.zoid)
+           delete from zodb_pack_garbage where zoid in (select zoid from rescued)""",
+        {"tid": pack_tid},
+    )
+    removed = conn.execute(
+        """delete from zodb_object_state s using zodb_pack_garbage g
+           where s.zoid = g.zoid returning s.zoid, s.blob_id"""
+    ).fetchall()
+    blob_ids = [blob_id for _zoid, blob_id in removed if blob_id is not None]
+    if blob_ids:
+        conn.execute("delete from zodb_blob_chunk where blob_id = any(%s)", (blob_ids,))
+    if removed:
+        conn.execute(
+            "update zodb_commit set tid = greatest(tid + 1, zodb_now_tid()),"
+            " gc_tid = greatest(tid + 1, zodb_now_tid())"
+        )
+    conn.execute("commit")
+    return removed
 
 
 def pack_history_preserving(dsn: str, pack_tid: int, gc: bool) -> list[tuple[bytes, bytes]]:
