@@ -6,6 +6,6 @@ if _transcoder.pure_requested():
     # Before anything imports the transcoder: every import then gets the pure reference.
     _transcoder.load_pure(install=True)
 
-from plone_connector.storage.storage import JsonbStorage  # noqa: E402
+from plone_connector.storage.storage import JsonbStorage, StorageOpenError  # noqa: E402
 
-__all__ = ["JsonbStorage"]
+__all__ = ["JsonbStorage", "StorageOpenError"]

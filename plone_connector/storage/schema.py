@@ -105,6 +105,24 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "alter table zodb_commit add column state_format integer not null default 1",
         ],
     ),
+    (
+        4,
+        "catalog_txn_outcome.recorded not null, as the catalog service creates the table",
+        [
+            # The table is a contract with the service; created here first, it lacked the
+            # service's not null (nothing writes a null, but the two definitions must agree).
+            # Only where it is nullable: a table the service created (perhaps owned by another
+            # role, which this one could not alter) already has it.
+            """do $$ begin
+                   if exists (select 1 from pg_attribute
+                              where attrelid = to_regclass('catalog_txn_outcome')
+                                and attname = 'recorded' and not attnotnull) then
+                       update catalog_txn_outcome set recorded = now() where recorded is null;
+                       alter table catalog_txn_outcome alter column recorded set not null;
+                   end if;
+               end $$""",
+        ],
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

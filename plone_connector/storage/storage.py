@@ -41,11 +41,12 @@ import ZODB.POSException
 import zodbpickle.pickle
 from persistent.TimeStamp import TimeStamp
 from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict
 from transaction.interfaces import TransientError
 from ZODB.BaseStorage import DataRecord, TransactionRecord
 from ZODB.ConflictResolution import ConflictResolvingStorage
 from ZODB.utils import p64, u64, z64
-from zope.interface import implementer
+from zope.interface import alsoProvides, implementer
 
 from plone_connector.storage import jsonstate, transcoder
 from plone_connector.storage.blobcache import BlobCacheLimit
@@ -62,6 +63,8 @@ STORE_BATCH_ROWS = 100
 # zodb_object_state at vote (one write per row instead of two), up to this many bytes of state in
 # a transaction; beyond it they take the temporary table like every other row.
 DIRECT_MAX_BYTES = 64 << 20
+# How often copyTransactionsFrom (zodbconvert) logs its progress.
+COPY_PROGRESS_SECONDS = 10.0
 # Oids are taken from the database's sequence in blocks, from this size doubling up to the next.
 OID_BLOCK_MIN = 32
 OID_BLOCK_MAX = 1024
@@ -144,6 +147,37 @@ class CommitLockTimeout(ZODB.POSException.StorageError, TransientError):
     """The commit lock, or the row lock of an object this transaction writes, was not granted
     within ``commit_lock_timeout`` seconds (another commit, or a history-preserving pack, held it).
     Nothing was committed; transient, so transaction managers retry."""
+
+
+class StorageOpenError(ZODB.POSException.StorageError):
+    """The storage could not be opened: the DSN is malformed, or the PostgreSQL server cannot be
+    reached or refused the connection (the message says which; the driver's error is chained)."""
+
+
+def _redacted(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "(a DSN that does not parse)"
+    params.pop("password", None)
+    return " ".join(f"{key}={value}" for key, value in params.items()) or "(libpq defaults)"
+
+
+def _open_database(dsn: str, connect_timeout: int, history_preserving: bool, read_only: bool, listen: bool) -> bool:
+    """Create or migrate the schema (``migrate``); whether to LISTEN (a replica refuses it)."""
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
+    except psycopg.OperationalError as error:
+        raise StorageOpenError(f"cannot open the storage at {_redacted(dsn)}: {str(error).strip()}") from error
+    except psycopg.ProgrammingError as error:  # what libpq says of a DSN it cannot parse
+        raise StorageOpenError(f"invalid DSN: {error}") from error
+    with conn:
+        migrate(conn, history_preserving, read_only=read_only)
+        if listen and read_only and conn.execute("select pg_is_in_recovery()").fetchone()[0]:
+            log.info("read-only storage on a server in recovery: no LISTEN, polls only")
+            return False
+    return listen
 
 
 def _store_side(method):
@@ -288,18 +322,23 @@ class JsonbStorage(ConflictResolvingStorage):
                 raise ValueError(f"commit_lock_timeout must be 0 (no limit) or more, not {commit_lock_timeout}")
             if cache_mb < 0:
                 raise ValueError(f"cache_mb must be 0 (no cache) or more, not {cache_mb}")
+            if connect_timeout < 1:
+                # libpq reads 0 and less as "wait forever".
+                raise ValueError(f"connect_timeout must be 1 second or more, not {connect_timeout}")
             BlobCacheLimit.check_options(blob_cache_size, blob_cache_size_check)
-            with psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout) as conn:
-                migrate(conn, history_preserving, read_only=read_only)
-                # A replica (in recovery) refuses LISTEN: its storages poll.
-                if listen and read_only and conn.execute("select pg_is_in_recovery()").fetchone()[0]:
-                    log.info("read-only storage on a server in recovery: no LISTEN, polls only")
-                    listen = False
+            # The blob directory before the database: one that cannot be made leaves no schema
+            # (whose mode, fixed at creation, the next open would then have to match).
             temporary = blob_dir is None
             if temporary:
                 blob_dir = tempfile.mkdtemp(prefix="jsonb-blobs-")
-            fshelper = ZODB.blob.FilesystemHelper(blob_dir, layout_name="bushy")
-            fshelper.create()
+            try:
+                fshelper = ZODB.blob.FilesystemHelper(blob_dir, layout_name="bushy")
+                fshelper.create()
+                listen = _open_database(dsn, connect_timeout, history_preserving, read_only, listen)
+            except BaseException:
+                if temporary:
+                    shutil.rmtree(blob_dir, ignore_errors=True)
+                raise
             blob_cache = None
             if blob_cache_size is not None:
                 blob_cache = BlobCacheLimit(blob_dir, fshelper.temp_dir, blob_cache_size, blob_cache_size_check)
@@ -322,6 +361,8 @@ class JsonbStorage(ConflictResolvingStorage):
             log.info("%s: JSON state transcoder %s", _shared.name, transcoder.active())
         self._shared = _shared
         self._hp = _shared.history_preserving
+        if self._hp:
+            alsoProvides(self, ZODB.interfaces.IStorageUndoable)
         self._is_main = _shared.instances == 0
         _shared.instances += 1
         self.__name__ = _shared.name
@@ -1790,20 +1831,35 @@ class JsonbStorage(ConflictResolvingStorage):
                 )
 
     def copyTransactionsFrom(self, other, verbose: bool = False) -> None:
-        """Copy every transaction of ``other`` with its tids (zodbconvert), blobs included."""
+        """Copy every transaction of ``other`` with its tids (zodbconvert), blobs included.
+
+        Logs progress at INFO every ``COPY_PROGRESS_SECONDS`` (zodbconvert shows INFO) and a
+        summary at the end; ``verbose`` adds a line every 1,000 transactions."""
         # ZODB.BaseStorage.copy would drop blobs; restoreBlob owns (moves) the file it gets, so
         # each source blob is copied to a temporary file first.
-        for copied, txn in enumerate(other.iterator(), 1):
+        started = last_report = time.monotonic()
+        copied = records = blobs = missing = 0
+        for txn in other.iterator():
             self.tpc_begin(txn, txn.tid, txn.status)
             try:
                 for record in txn:
+                    records += 1
                     blob_file = None
                     if record.data is not None and ZODB.blob.is_blob_record(record.data):
                         try:
                             blob_file = other.loadBlob(record.oid, record.tid)
                         except ZODB.POSException.POSKeyError:
-                            blob_file = None
+                            # The source lost this blob file (or packed it meanwhile): the record
+                            # is copied without one, so a load of its blob finds the object's
+                            # previous blob if it had one (a store without a new file keeps it),
+                            # else fails as in the source. Said loudly: the copy is not exact.
+                            missing += 1
+                            log.warning(
+                                "copy: the blob of oid 0x%x at tid 0x%x is missing in the source;"
+                                " its record is copied without it", u64(record.oid), u64(record.tid),
+                            )
                     if blob_file is not None:
+                        blobs += 1
                         fd, own_copy = tempfile.mkstemp(suffix=".copy", dir=self.temporaryDirectory())
                         os.close(fd)
                         shutil.copyfile(blob_file, own_copy)
@@ -1815,8 +1871,19 @@ class JsonbStorage(ConflictResolvingStorage):
             except BaseException:
                 self.tpc_abort(txn)
                 raise
-            if verbose and copied % 1000 == 0:
-                log.info("copied %d transactions", copied)
+            copied += 1
+            now = time.monotonic()
+            if now - last_report >= COPY_PROGRESS_SECONDS or (verbose and copied % 1000 == 0):
+                last_report = now
+                log.info(
+                    "copy: %d transactions, %d records, %d blobs so far (%.0f records/s), at tid %s",
+                    copied, records, blobs, records / (now - started), TimeStamp(txn.tid),
+                )
+        log.info(
+            "copy: done, %d transactions, %d records, %d blobs in %.1f s%s",
+            copied, records, blobs, time.monotonic() - started,
+            f"; {missing} blob files were missing in the source (see the warnings)" if missing else "",
+        )
 
     # ------------------------------------------------------------------ pack
 
