@@ -111,7 +111,7 @@ def test_edges(value):
 def test_any_finite_double(value):
     _check_repr(value)
     text = repr(value)
-    if "e" not in text and "-0.0" != text:
+    if "e" not in text and text != "-0.0":
         _check_parse(text)
 
 
