@@ -45,6 +45,7 @@ from psycopg.conninfo import conninfo_to_dict
 from transaction.interfaces import TransientError
 from ZODB.BaseStorage import DataRecord, TransactionRecord
 from ZODB.ConflictResolution import ConflictResolvingStorage
+from ZODB.mvccadapter import HistoricalStorageAdapter
 from ZODB.utils import p64, u64, z64
 from zope.interface import alsoProvides, implementer
 
@@ -65,6 +66,8 @@ STORE_BATCH_ROWS = 100
 DIRECT_MAX_BYTES = 64 << 20
 # How often copyTransactionsFrom (zodbconvert) logs its progress.
 COPY_PROGRESS_SECONDS = 10.0
+# Rows per chunk of the new objects' COPY at vote (_send_direct).
+DIRECT_COPY_ROWS = 64
 # Oids are taken from the database's sequence in blocks, from this size doubling up to the next.
 OID_BLOCK_MIN = 32
 OID_BLOCK_MAX = 1024
@@ -248,7 +251,7 @@ class _Shared:
 class _PendingRow:
     zoid: int
     prev_tid: int
-    class_name: str
+    class_name: str | None  # None: a new object's row not transcoded yet (store, _transcode)
     state_json: str
     refs: list[int]
     exact: bytes | None
@@ -478,6 +481,13 @@ class JsonbStorage(ConflictResolvingStorage):
         if self._closed:
             raise StorageClosedError(self.__name__)
         return JsonbStorage(self._shared.dsn, history_preserving=self._hp, _shared=self._shared)
+
+    def before_instance(self, before=None):
+        """The storage of a historical Connection (``DB.open(at=...)``): ZODB's adapter around a
+        new instance, which also passes ``afterCompletion`` on. ZODB's own adapter has none, so
+        the snapshot its first load began stayed open while the Connection idled in the
+        historical pool, holding back VACUUM."""
+        return _HistoricalInstance(self.new_instance(), before)
 
     def release(self) -> None:
         with self._lock:
@@ -1106,21 +1116,34 @@ class JsonbStorage(ConflictResolvingStorage):
             raise ZODB.POSException.Unsupported("Versions aren't supported")
         self._check_transaction(transaction)
         with self._lock:
-            self._add_row(self._encode(oid, serial, data, self._uploaded.get(u64(oid))))
+            zoid = u64(oid)
+            if _serial(serial) == 0:
+                # A new object: transcoded at vote, in the COPY that sends it (_send_direct),
+                # while the server stores the rows before it, unless _add_row sends it another way.
+                self._add_row(_PendingRow(zoid, 0, None, "", [], None, self._uploaded.get(zoid), data))
+            else:
+                self._add_row(self._encode(oid, serial, data, self._uploaded.get(zoid)))
 
     def _add_row(self, row: _PendingRow) -> None:
         zoid = row.zoid
         if self._deletes:
             self._deletes.discard(zoid)
-        if (
+        direct = (
             row.prev_tid == 0
             and not self._hp
             and self._restore_tid is None
             and zoid not in self._flushed
             and self._direct_bytes < DIRECT_MAX_BYTES
-        ):
-            self._direct[zoid] = row
+        )
+        if row.class_name is None:  # not transcoded yet (store)
+            if direct:
+                self._direct_bytes += len(row.pickle)
+            else:
+                row = self._transcode(row)
+        elif direct:
             self._direct_bytes += len(row.state_json) + len(row.exact or b"")
+        if direct:
+            self._direct[zoid] = row
         else:
             self._direct.pop(zoid, None)
             self._pending[zoid] = row
@@ -1132,6 +1155,37 @@ class JsonbStorage(ConflictResolvingStorage):
         self._prev_tids[zoid] = row.prev_tid
         if len(self._pending) >= STORE_BATCH_ROWS:
             self._flush()
+
+    def _transcode(self, row: _PendingRow) -> _PendingRow:
+        """A new object's row that store() left as its pickle, transcoded (``_encode``)."""
+        encoded = self._encode(p64(row.zoid), None, row.pickle, row.blob_id)
+        self._written[row.zoid] = encoded.loaded
+        if encoded.exact is not None:
+            self._note_exact(encoded)
+        return encoded
+
+    def _transcode_direct(self) -> None:
+        for zoid, row in self._direct.items():
+            if row.class_name is None:
+                self._direct[zoid] = self._transcode(row)
+
+    def _send_direct(self, conn: psycopg.Connection, tid: int) -> None:
+        """COPY the new objects' rows into zodb_object_state, transcoding those store() left as
+        pickles on the way: a chunk goes out every DIRECT_COPY_ROWS rows, so the server stores
+        one while this process transcodes the next (the server's part is the larger)."""
+        with conn.cursor() as cur, cur.copy(
+            "copy zodb_object_state (zoid, tid, class_name, state, refs, exact, blob_id) from stdin"
+        ) as copy:
+            lines = []
+            for zoid, row in self._direct.items():
+                if row.class_name is None:
+                    row = self._direct[zoid] = self._transcode(row)
+                lines.append(_state_line(row, tid))
+                if len(lines) == DIRECT_COPY_ROWS:
+                    copy.write("".join(lines))
+                    lines = []
+            if lines:
+                copy.write("".join(lines))
 
     def _note_exact(self, row: _PendingRow) -> None:
         """Remember an exact copy until tpc_finish counts it (an aborted one never is)."""
@@ -1174,7 +1228,8 @@ class JsonbStorage(ConflictResolvingStorage):
         is ended here, as the vote's statements that follow need the connection)."""
         if zoids:
             for zoid in zoids:
-                self._pending[zoid] = self._direct.pop(zoid)
+                row = self._direct.pop(zoid)
+                self._pending[zoid] = self._transcode(row) if row.class_name is None else row
             self._flush()
             self._begin_db_transaction()
 
@@ -1396,10 +1451,7 @@ class JsonbStorage(ConflictResolvingStorage):
         if self._hp:
             self._write_history(conn, tid, written)
         if self._direct:
-            with conn.cursor() as cur, cur.copy(
-                "copy zodb_object_state (zoid, tid, class_name, state, refs, exact, blob_id) from stdin"
-            ) as copy:
-                copy.write("".join([_state_line(row, tid) for row in self._direct.values()]))
+            self._send_direct(conn, tid)
         replaced = [blob_id for zoid, blob_id in old_blobs.items() if p64(zoid) in self._blob_files or zoid in self._deletes]
         if not (self._flushed or self._deletes or replaced or restoring or self._batch_ids):
             return self._resolved
@@ -1534,6 +1586,7 @@ class JsonbStorage(ConflictResolvingStorage):
         # Only references this transaction adds need checking; existing ones were checked (or
         # kept alive) when they were written. New objects waiting for the direct COPY send
         # theirs along (every reference of a new object is new).
+        self._transcode_direct()
         direct_refs = sorted({ref for row in self._direct.values() for ref in row.refs})
         row = conn.execute(
             """select r.zoid from (
@@ -2058,6 +2111,14 @@ def _serial(serial: bytes | str | None) -> int:
 
 
 JsonbStorage.zap_all = JsonbStorage.cleanup  # the name zodbconvert --clear looks for
+
+
+class _HistoricalInstance(HistoricalStorageAdapter):
+    """HistoricalStorageAdapter that ends the instance's read snapshot at the end of every
+    transaction and when the Connection closes, as for ordinary Connections."""
+
+    def afterCompletion(self) -> None:
+        self._storage.afterCompletion()
 
 
 class _Transaction(TransactionRecord):
