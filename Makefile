@@ -28,12 +28,15 @@ run: $(STAMP)
 
 ## Install everything and run the whole suite (what CI runs). The suite runs on the embedded
 ## PostgreSQL 18 (or DATABASE_URL); the service's API, store and differential tests and the
-## storage's behaviour and conformance tests run again on the machine's PostgreSQL 15 when one
-## answers on 127.0.0.1:5432 (PG15_URL), since both are supported.
+## storage's behaviour, conformance, blob, pack, fault, history and lifecycle tests run again on
+## the machine's PostgreSQL 15 when one answers on 127.0.0.1:5432 (PG15_URL), since both are
+## supported.
 PG15_URL ?= postgresql://127.0.0.1:5432/test
 PG15_TESTS := tests/service/test_api.py tests/service/test_store.py tests/service/test_relevance.py \
 	tests/service/test_differential.py tests/service/test_differential_edges.py \
-	tests/storage/test_behaviour.py tests/storage/test_conformance_hf.py
+	tests/storage/test_behaviour.py tests/storage/test_conformance_hf.py tests/storage/test_conformance_hp.py \
+	tests/storage/test_blobs.py tests/storage/test_pack.py tests/storage/test_faults.py \
+	tests/storage/test_history.py tests/storage/test_lifecycle.py
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
