@@ -210,15 +210,19 @@ class Staging:
     def __bool__(self) -> bool:
         return self.whole or bool(self.entries)
 
-    def send(self, client) -> None:
+    def send(self, client, leave_out: frozenset[str] = frozenset()) -> None:
+        """``leave_out``: indexes whose values are not sent (see BatchDataManager._unconverted)."""
         batch = self.batch
+        entries = list(self.entries.values())
+        if leave_out:
+            entries = [_without_values(entry, leave_out) for entry in entries]
         if self.whole:
             client.stage_batch(batch.catalog_id, Batch.model_validate(
-                {"batch_id": batch.batch_id, "entries": list(self.entries.values()), "clear": self.clear,
+                {"batch_id": batch.batch_id, "entries": entries, "clear": self.clear,
                  "version": batch.version}))
         else:
             client.append_batch(batch.catalog_id, batch.batch_id,
-                                BatchAppend.model_validate({"entries": list(self.entries.values())}))
+                                BatchAppend.model_validate({"entries": entries}))
 
     def landed(self) -> None:
         batch = self.batch
@@ -232,6 +236,12 @@ class Staging:
         # The service may hold the old copy, the new one or none: send the whole batch next time.
         self.batch._copy = None
         self.batch.dirty = True
+
+
+def _without_values(entry: dict, names: frozenset[str]) -> dict:
+    if "values" not in entry or not names.intersection(entry["values"]):
+        return entry
+    return {**entry, "values": {k: v for k, v in entry["values"].items() if k not in names}}
 
 
 def _copy_entry(entry: dict) -> dict:
@@ -257,6 +267,9 @@ class BatchDataManager:
         self.schema_update: dict | None = None
         # The indexes and columns this transaction removed, so far.
         self._schema_removed: tuple[set[str], set[str]] = (set(), set())
+        # The indexes it cleared, and the index objects it removed (by name): replaced ones.
+        self._schema_cleared: set[str] = set()
+        self._schema_removed_objects: dict[str, object] = {}
         # The whole update as of the last sending of the additions, for tpc_finish; and the
         # service's indexes that sending answered (the batch was staged against them).
         self._schema_final: SchemaUpdate | None = None
@@ -307,12 +320,26 @@ class BatchDataManager:
             staging = self.batch.staging()
             if staging:
                 try:
-                    staging.send(self.client)
+                    staging.send(self.client, self._unconverted())
                 except BaseException:
                     staging.failed()
                     raise
             staging.landed()
         self.batch.dirty = False
+
+    def _unconverted(self) -> frozenset[str]:
+        """Indexes this transaction replaces (removed and added again, cleared) that the service
+        still declares the old way until ZODB commits (the additions before the commit may not
+        replace an index holding values): their values may not fit the old declaration (a list
+        for what was a FieldIndex) and are left out of the staging before the commit. The whole
+        batch is staged again after the schema change (tpc_finish: _finish_schema answers that
+        the indexes changed)."""
+        final = self._schema_final
+        if final is None:
+            return frozenset()
+        declared = {d.name: d for d in final.indexes}
+        return frozenset(name for name in final.remove_indexes
+                         if name in declared and self._service_indexes.get(name) != declared[name])
 
     def _send_additions(self, pending: dict) -> None:
         """Send what the transaction's schema changes add (new indexes and columns, the declaration
@@ -321,13 +348,28 @@ class BatchDataManager:
         removed_indexes, removed_metadata = self._schema_removed
         removed_indexes.update(pending["remove_indexes"])
         removed_metadata.update(pending["remove_metadata"])
+        self._schema_cleared.update(pending.get("cleared", ()))
+        for name, obj in pending.get("removed_objects", {}).items():
+            self._schema_removed_objects.setdefault(name, obj)
         self._schema_tool = pending["tool"]
-        update = self._schema_tool.schema_update(removed_indexes, removed_metadata)
+        update = self._whole_schema()
         additions = update.model_copy(update={"only_add": True, "remove_indexes": [], "remove_metadata": []})
         info = self.client.update_schema(self.batch.catalog_id, additions)
         self._schema_final = update
         self._service_indexes = {d.name: d for d in info.indexes}
         self._service_metadata = frozenset(info.metadata)
+
+    def _whole_schema(self) -> SchemaUpdate:
+        tool = self._schema_tool
+        replaced = tool._replaced(self._schema_cleared, self._schema_removed_objects)
+        return tool.schema_update(*self._schema_removed, replace_indexes=replaced)
+
+    def replaced_indexes(self) -> set[str]:
+        """The indexes whose values in the service this transaction drops (cleared, removed)."""
+        names = set(self._schema_removed[0]) | self._schema_cleared
+        if self.schema_update is not None:
+            names |= self.schema_update["remove_indexes"] | self.schema_update.get("cleared", set())
+        return names
 
     def _finish_schema(self, update: SchemaUpdate) -> bool:
         """ZODB has committed: send the transaction's whole schema update (removals, changed
@@ -346,6 +388,9 @@ class BatchDataManager:
                              "will retry", catalog_id)
             _keep_schema(catalog_id, update, _last_tid(self._schema_tool))
             return False
+        declared = {d.name for d in update.indexes}
+        if any(name in declared for name in update.remove_indexes):
+            return True  # replaced: what the staged copy holds of them was converted before
         return {d.name: d for d in info.indexes} != self._service_indexes
 
     def _stage_again(self, update: SchemaUpdate) -> None:
@@ -390,7 +435,7 @@ class BatchDataManager:
         if self._schema_final is not None:
             # As ZODB will commit it: a savepoint rolled back since the additions were sent may
             # have taken a removal back (schema_update keeps what the tool still has).
-            self._schema_final = self._schema_tool.schema_update(*self._schema_removed)
+            self._schema_final = self._whole_schema()
 
     def tpc_vote(self, txn):
         self._stage_for_vote()  # nothing to send unless the batch changed since commit()

@@ -23,7 +23,7 @@ from Acquisition import Implicit, aq_base, aq_chain, aq_parent
 from BTrees.IIBTree import IITreeSet
 from DateTime import DateTime
 from Products.ZCatalog.Catalog import Catalog
-from zope.proxy import ProxyBase, non_overridable
+from zope.proxy import ProxyBase, getProxiedObject, non_overridable
 
 # Index types whose values the service lists (unique_values_sql), as ZCatalog's UnIndex does.
 VALUE_INDEXES = ("FieldIndex", "KeywordIndex", "UUIDIndex", "DateIndex", "DateRecurringIndex")
@@ -178,6 +178,13 @@ class IndexView(ProxyBase):
         if name not in request:
             return None
         return IITreeSet(self._tool._rids_for({name: request[name]})), (name,)
+
+    @non_overridable
+    def clear(self):
+        """As ZCatalog's index clear() (GenericSetup's importers call it after changing the index's
+        properties): the service's index is emptied too, when the transaction commits."""
+        getProxiedObject(self).clear()  # the index object itself (it holds nothing)
+        self._tool._index_cleared(self.getId())
 
     @non_overridable
     def getEntryForObject(self, documentId, default=None):

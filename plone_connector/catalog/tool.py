@@ -258,11 +258,23 @@ class ServiceCatalogTool(CatalogTool):
 
     @security.protected(ManageZCatalogIndexes)
     def delIndex(self, name):
+        removed = aq_base(self._catalog).__dict__["indexes"].get(name)
         ZCatalog.delIndex(self, name)
+        self._forget_value_type(name)  # an index added again under this name is typed afresh
+        self._schema_changed(removed_index=name, removed_object=removed)
+
+    def _forget_value_type(self, name: str) -> None:
         if name in (self._service_value_types or {}):
-            # An index added again under this name is typed afresh.
             self._service_value_types = {k: v for k, v in self._service_value_types.items() if k != name}
-        self._schema_changed(removed_index=name)
+
+    def _index_cleared(self, name: str) -> None:
+        """An index object's ``clear()``: GenericSetup's index importers call it when a profile
+        changes the index's properties (indexed_attrs, since_field/until_field, a DateIndex's
+        properties), ZCatalog's clearIndex (the ZMI) too. ZCatalog's index is empty then; the
+        service's is replaced (its values dropped) once ZODB commits, before the batch, whose
+        entries give it its new values (a reindexIndex of the same transaction)."""
+        self._forget_value_type(name)
+        self._schema_changed(cleared_index=name)
 
     @security.protected(ManageZCatalogIndexes)
     def addColumn(self, name, default_value=None):
@@ -276,9 +288,11 @@ class ServiceCatalogTool(CatalogTool):
         self._schema_changed(removed_column=name)
         return result
 
-    def _schema_changed(self, removed_index=None, removed_column=None):
+    def _schema_changed(self, removed_index=None, removed_column=None, removed_object=None, cleared_index=None):
         # Sent when the transaction votes: GenericSetup sets an index's properties after adding it.
-        manager = self._manager(create=True)
+        # The counter moves too: every process's query cache (keyed on it) must miss once the
+        # service's indexes change (values dropped with a replaced index, a column added).
+        manager = self._changing()
         # The whole update sent after the commit declares every index as this transaction's
         # snapshot has them. So that it saw every schema change committed since, value typings
         # (_settle_value_types writes only the tool) included, every schema change writes the tool:
@@ -286,9 +300,15 @@ class ServiceCatalogTool(CatalogTool):
         self._p_changed = True
         pending = manager.schema_update
         if pending is None:
-            pending = manager.schema_update = {"tool": self, "remove_indexes": set(), "remove_metadata": set()}
+            pending = manager.schema_update = {"tool": self, "remove_indexes": set(), "remove_metadata": set(),
+                                               "cleared": set(), "removed_objects": {}}
         if removed_index:
             pending["remove_indexes"].add(removed_index)
+            if removed_object is not None:
+                # The first one removed: the index the transaction's snapshot had.
+                pending["removed_objects"].setdefault(removed_index, removed_object)
+        if cleared_index:
+            pending["cleared"].add(cleared_index)
         if removed_column:
             pending["remove_metadata"].add(removed_column)
 
@@ -319,6 +339,9 @@ class ServiceCatalogTool(CatalogTool):
             self._schema_changed()
 
     def _service_holds_values(self, name: str) -> bool:
+        manager = self._manager(create=False)
+        if manager is not None and name in manager.replaced_indexes():
+            return False  # what the service holds is dropped when this transaction commits
         try:
             return bool(self._client().unique_values(self.catalog_id(), name).values)
         except ServiceRejected as exc:
@@ -326,13 +349,26 @@ class ServiceCatalogTool(CatalogTool):
                 return False
             raise
 
-    def schema_update(self, remove_indexes=(), remove_metadata=()) -> SchemaUpdate:
+    def schema_update(self, remove_indexes=(), remove_metadata=(), replace_indexes=()) -> SchemaUpdate:
+        """``replace_indexes``: indexes (still there) whose values are dropped: removed and declared."""
+        indexes = self.indexes()
+        remove = [n for n in remove_indexes if n not in indexes]
+        remove += sorted(n for n in set(replace_indexes) if n in indexes)
         return SchemaUpdate(
             indexes=declarations(self),
             metadata=list(self.schema()),
-            remove_indexes=[n for n in remove_indexes if n not in self.indexes()],
+            remove_indexes=remove,
             remove_metadata=[n for n in remove_metadata if n not in self.schema()],
         )
+
+    def _replaced(self, cleared, removed_objects: dict) -> set[str]:
+        """The indexes a transaction replaces: cleared ones it still has, and ones it removed and
+        added again (another object than the one removed: not a savepoint rollback's)."""
+        definitions = aq_base(self._catalog).__dict__["indexes"]
+        found = {n for n in cleared if n in definitions}
+        found.update(n for n, obj in removed_objects.items()
+                     if n in definitions and aq_base(definitions[n]) is not aq_base(obj))
+        return found
 
     @security.protected(ManageZCatalogEntries)
     def reindexIndex(self, name, REQUEST, pghandler=None):

@@ -177,6 +177,23 @@ def _changes(catalog: Catalog, update: SchemaUpdate) -> bool:
             or any(m not in catalog.metadata_names for m in update.metadata))
 
 
+# Declaration fields that say only where the client reads the values (it extracts them): a change
+# of them alone keeps the index's values, as ZCatalog keeps an index's data when its properties are
+# changed (its GenericSetup importers clear the index themselves; the connector then replaces it).
+_INFORMATIVE_FIELDS = frozenset({"indexed_attrs", "lexicon_id", "since_field", "until_field",
+                                 "index_naive_time_as_local"})
+
+
+def _keeps_values(old: IndexDeclaration | None, new: IndexDeclaration) -> bool:
+    """Whether declaring ``new`` in place of ``old`` leaves the index's stored values valid."""
+    if old is None:
+        return False
+    informative = set(_INFORMATIVE_FIELDS)
+    if new.type in ("ExtendedPathIndex", "PathIndex"):
+        informative.discard("indexed_attrs")  # they choose the physical form (path.py)
+    return old.model_dump(exclude=informative) == new.model_dump(exclude=informative)
+
+
 async def _holds_values(conn: asyncpg.Connection, catalog: Catalog, name: str) -> bool:
     """Whether any committed row holds a value of index ``name`` (a physical path index: any row)."""
     index = catalog.schema.indexes[name]
@@ -289,7 +306,13 @@ class CatalogRegistry:
             if not (changed or remove_indexes or remove_metadata) and metadata == list(catalog.metadata):
                 return catalog
             _check_declarations(list(current.values()), metadata)
-            removed = list(dict.fromkeys(remove_indexes + [d.name for d in changed if d.name in catalog.schema.indexes]))
+            declared = {d.name: d for d in catalog.declarations}
+            # Only redeclared (values kept, no SQL index to make again): a change of informative
+            # fields alone of an index that is not also removed.
+            redeclared = {d.name for d in changed
+                          if d.name not in remove_indexes and _keeps_values(declared.get(d.name), d)}
+            removed = list(dict.fromkeys(remove_indexes + [d.name for d in changed if d.name in catalog.schema.indexes
+                                                           and d.name not in redeclared]))
             for name in removed:
                 for suffix in ("v", "g", "t", "c", "p", "r", "pr"):
                     await conn.execute(f"drop index if exists {index_ident(table, name, suffix)}")
@@ -303,6 +326,8 @@ class CatalogRegistry:
             for name in remove_metadata:
                 await conn.execute(f"update {table} set meta = meta - $1::text where meta ? $1::text", name)
             for decl in changed:
+                if decl.name in redeclared:
+                    continue
                 for statement in make_index(decl).ddl(table):
                     await conn.execute(statement)
             row = await conn.fetchrow(
