@@ -171,7 +171,9 @@ def pack_history_preserving(dsn: str, pack_tid: int, gc: bool) -> list[tuple[byt
                 " gc_tid = greatest(tid + 1, zodb_now_tid())"
             )
         # A back pointer to a revision the pack removed points nowhere: the revision holds its
-        # state itself now (FileStorage's pack copies such data into the record the same way).
+        # state itself now. (FileStorage's pack keeps the older revision a later undo points back
+        # at instead, so loadBefore/loadSerial of it before the pack time still answer there;
+        # here they do not. The current states and undo log agree: test_review_mvcc_undo.py.)
         conn.execute(
             """update zodb_object_history h set data_tid = null
                where h.data_tid is not null and h.data_tid <> h.tid and not exists (

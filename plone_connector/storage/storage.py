@@ -486,7 +486,8 @@ class JsonbStorage(ConflictResolvingStorage):
         """The storage of a historical Connection (``DB.open(at=...)``): ZODB's adapter around a
         new instance, which also passes ``afterCompletion`` on. ZODB's own adapter has none, so
         the snapshot its first load began stayed open while the Connection idled in the
-        historical pool, holding back VACUUM."""
+        historical pool, holding back VACUUM; and ZODB keeps a pool per ``before`` value (for
+        ``historical_timeout``, 300 s), so each distinct time opened kept a database connection."""
         return _HistoricalInstance(self.new_instance(), before)
 
     def release(self) -> None:
@@ -572,9 +573,12 @@ class JsonbStorage(ConflictResolvingStorage):
                 " it must end (abort, then retry) before it reads again"
             )
         if self._snapshot_tid is None:
-            self._new_snapshot(None)
+            _zoids, _tids, gc_tid = self._new_snapshot(None)
             if self._polled_tid is None:
+                # The next poll counts from this snapshot: it must also know the gc_tid seen
+                # here, or a deletion before that poll (which no row shows) would go unreported.
                 self._polled_tid = self._snapshot_tid
+                self._polled_gc_tid = gc_tid
         return self._load_conn
 
     def poll_invalidations(self) -> list[bytes] | None:
@@ -2114,11 +2118,14 @@ JsonbStorage.zap_all = JsonbStorage.cleanup  # the name zodbconvert --clear look
 
 
 class _HistoricalInstance(HistoricalStorageAdapter):
-    """HistoricalStorageAdapter that ends the instance's read snapshot at the end of every
-    transaction and when the Connection closes, as for ordinary Connections."""
+    """HistoricalStorageAdapter whose instance gives its database connection back at the end of
+    every transaction and when the Connection closes: no snapshot stays open, and no database
+    connection is held by a Connection idle in ZODB's historical pools (one per ``before``
+    value). A historical transaction's first load connects again (they are rare; reads in one
+    transaction share one snapshot)."""
 
     def afterCompletion(self) -> None:
-        self._storage.afterCompletion()
+        self._storage.release()
 
 
 class _Transaction(TransactionRecord):
