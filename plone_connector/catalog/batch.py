@@ -424,7 +424,10 @@ class BatchDataManager:
             staging = self.batch.staging()
             self.batch.dirty = False
             if staging:
-                self._staging = (staging, client_module.in_background(staging.send, self.client))
+                # Without the values of the indexes this transaction replaces, as stage() sends
+                # them (additions sent by an earlier staging: a query in the transaction).
+                self._staging = (staging, client_module.in_background(staging.send, self.client,
+                                                                      self._unconverted()))
 
     def commit(self, txn):
         # The staging is waited for here, after the ZODB storages stored (they sort first) and

@@ -91,6 +91,14 @@ def minute(now: DateTime) -> DateTime:
     return DateTime(int(now.timeTime()) // 60 * 60)
 
 
+def _index_definitions(catalog) -> dict:
+    """The catalog's stored index objects by name (a ghost catalog's __dict__ is empty until it
+    is activated, as in indexes.definition)."""
+    base = aq_base(catalog)
+    base._p_activate()
+    return base.__dict__["indexes"]
+
+
 class ServiceCatalogTool(CatalogTool):
     """Plone's catalog tool, with its index data kept in the catalog service."""
 
@@ -258,7 +266,7 @@ class ServiceCatalogTool(CatalogTool):
 
     @security.protected(ManageZCatalogIndexes)
     def delIndex(self, name):
-        removed = aq_base(self._catalog).__dict__["indexes"].get(name)
+        removed = _index_definitions(self._catalog).get(name)
         ZCatalog.delIndex(self, name)
         self._forget_value_type(name)  # an index added again under this name is typed afresh
         self._schema_changed(removed_index=name, removed_object=removed)
@@ -364,7 +372,7 @@ class ServiceCatalogTool(CatalogTool):
     def _replaced(self, cleared, removed_objects: dict) -> set[str]:
         """The indexes a transaction replaces: cleared ones it still has, and ones it removed and
         added again (another object than the one removed: not a savepoint rollback's)."""
-        definitions = aq_base(self._catalog).__dict__["indexes"]
+        definitions = _index_definitions(self._catalog)
         found = {n for n in cleared if n in definitions}
         found.update(n for n, obj in removed_objects.items()
                      if n in definitions and aq_base(definitions[n]) is not aq_base(obj))

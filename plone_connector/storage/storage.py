@@ -25,6 +25,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -164,6 +165,7 @@ def _redacted(dsn: str) -> str:
     except psycopg.Error:
         return "(a DSN that does not parse)"
     params.pop("password", None)
+    params.pop("sslpassword", None)  # the client key's passphrase
     return " ".join(f"{key}={value}" for key, value in params.items()) or "(libpq defaults)"
 
 
@@ -174,7 +176,10 @@ def _open_database(dsn: str, connect_timeout: int, history_preserving: bool, rea
     except psycopg.OperationalError as error:
         raise StorageOpenError(f"cannot open the storage at {_redacted(dsn)}: {str(error).strip()}") from error
     except psycopg.ProgrammingError as error:  # what libpq says of a DSN it cannot parse
-        raise StorageOpenError(f"invalid DSN: {error}") from error
+        # libpq quotes the part it stumbled on, which may be (a piece of) the password: the
+        # quoted parts are left out, and so is the driver's error (every traceback shows it).
+        reason = re.sub(r'"[^"]*"', lambda quoted: quoted[0] if quoted[0] == '"="' else '"…"', str(error).strip())
+        raise StorageOpenError(f"invalid DSN: {reason}") from None
     with conn:
         migrate(conn, history_preserving, read_only=read_only)
         if listen and read_only and conn.execute("select pg_is_in_recovery()").fetchone()[0]:
