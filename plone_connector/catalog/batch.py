@@ -384,8 +384,11 @@ class BatchDataManager:
         try:
             info = self.client.update_schema(catalog_id, update)
         except Exception:
+            left_out = sorted(self._unconverted())
             logger.exception("the schema change of catalog %s could not be sent after ZODB committed it; "
-                             "will retry", catalog_id)
+                             "will retry%s", catalog_id,
+                             f" (the batch commits without the values of the replaced indexes {left_out}:"
+                             " reindex them, or run verify --repair)" if left_out else "")
             _keep_schema(catalog_id, update, _last_tid(self._schema_tool))
             return False
         declared = {d.name for d in update.indexes}
