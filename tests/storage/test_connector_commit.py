@@ -153,9 +153,9 @@ def test_the_batch_is_staged_before_the_storage_takes_its_commit_lock(catalog, d
     events: list[str] = []
     real_send, real_vote = batch_module.Staging.send, JsonbStorage.tpc_vote
 
-    def send(self, client):
+    def send(self, client, *args):
         time.sleep(0.3)  # a large batch: the storages vote long before it would be over
-        real_send(self, client)
+        real_send(self, client, *args)
         events.append("staged")
 
     def tpc_vote(self, transaction):
