@@ -1166,17 +1166,32 @@ class JsonbStorage(ConflictResolvingStorage):
             self._flush()
 
     def _transcode(self, row: _PendingRow) -> _PendingRow:
-        """A new object's row that store() left as its pickle, transcoded (``_encode``)."""
-        encoded = self._encode(p64(row.zoid), None, row.pickle, row.blob_id)
-        self._written[row.zoid] = encoded.loaded
-        if encoded.exact is not None:
-            self._note_exact(encoded)
-        return encoded
+        """A new object's row that store() left as its pickle, transcoded in place (as
+        ``_encode`` would build it)."""
+        try:
+            class_name, text, refs, exact, reason, record = jsonstate.encode_row(row.pickle)
+        except jsonstate.TranscodeError:
+            encoded = self._encode(p64(row.zoid), None, row.pickle, row.blob_id)  # kept opaque
+            row.class_name, row.state_json, row.exact, row.exact_reason = (
+                encoded.class_name, encoded.state_json, encoded.exact, encoded.exact_reason)
+        else:
+            row.class_name = class_name
+            row.state_json = text
+            if refs:
+                row.refs = [int.from_bytes(ref, "big") for ref in refs]
+            row.exact = exact
+            if exact is not None:
+                row.exact_reason = reason
+            row.record = record
+        self._written[row.zoid] = row.loaded
+        if row.exact is not None:
+            self._note_exact(row)
+        return row
 
     def _transcode_direct(self) -> None:
-        for zoid, row in self._direct.items():
+        for row in self._direct.values():
             if row.class_name is None:
-                self._direct[zoid] = self._transcode(row)
+                self._transcode(row)
 
     def _send_direct(self, conn: psycopg.Connection, tid: int) -> None:
         """COPY the new objects' rows into zodb_object_state, transcoding those store() left as
@@ -1186,9 +1201,9 @@ class JsonbStorage(ConflictResolvingStorage):
             "copy zodb_object_state (zoid, tid, class_name, state, refs, exact, blob_id) from stdin"
         ) as copy:
             lines = []
-            for zoid, row in self._direct.items():
+            for row in self._direct.values():
                 if row.class_name is None:
-                    row = self._direct[zoid] = self._transcode(row)
+                    self._transcode(row)
                 lines.append(_state_line(row, tid))
                 if len(lines) == DIRECT_COPY_ROWS:
                     copy.write("".join(lines))
