@@ -39,6 +39,7 @@ from catalog_schemas.api import Batch, BatchAppend, IndexDeclaration, SchemaUpda
 from . import client as client_module
 from .committed import batch_watch
 from .errors import CatalogServiceError, ServiceRejected, ServiceUnavailable
+from .outcomes import fresh_object
 
 logger = logging.getLogger("plone_connector.catalog")
 
@@ -625,15 +626,9 @@ def _committed_schema(tool, remove_indexes, remove_metadata) -> tuple[int, Schem
     added again): a whole update from it would undo that change in the service (replace the typed
     index, dropping its values; remove the index added again)."""
     base = aq_base(tool)
-    manager = transaction_module.TransactionManager()
-    connection = base._p_jar.db().open(transaction_manager=manager)
-    try:
-        manager.begin()  # a snapshot from now, not from the connection pool's last use
-        fresh = connection.get(base._p_oid).__of__(aq_parent(aq_inner(tool)))
+    with fresh_object(base._p_jar.db(), base._p_oid) as fresh:
+        fresh = fresh.__of__(aq_parent(aq_inner(tool)))
         return fresh._snapshot_version(), fresh.schema_update(remove_indexes, remove_metadata)
-    finally:
-        manager.abort()
-        connection.close()
 
 
 def _retry_schema(client, tool) -> None:

@@ -32,11 +32,17 @@ PATH_INDEXES = ("ExtendedPathIndex", "PathIndex")
 STUB_INDEXES = ("GopipIndex",)
 
 
-def definition(catalog, name: str):
-    """The index object itself (never a proxy), wrapped in ``catalog``."""
+def definitions(catalog) -> dict:
+    """The catalog's stored index objects by name, never proxies (a ghost catalog's __dict__ is
+    empty until it is activated)."""
     base = aq_base(catalog)
     base._p_activate()
-    return base.__dict__["indexes"][name].__of__(catalog)
+    return base.__dict__["indexes"]
+
+
+def definition(catalog, name: str):
+    """The index object itself (never a proxy), wrapped in ``catalog``."""
+    return definitions(catalog)[name].__of__(catalog)
 
 
 @functools.cache

@@ -21,6 +21,7 @@ well after a resolution run of this process that found nothing left to resolve.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -100,17 +101,25 @@ def _prune_cutoff(catalog_id: str) -> int | None:
     return int(last_clean - settings.resolve_after - PRUNE_MARGIN)
 
 
-def committed_ids(db, tool_oid: bytes, batch_ids) -> set[str]:
-    """Those of ``batch_ids`` whose transactions committed, read in a fresh ZODB snapshot."""
+@contextlib.contextmanager
+def fresh_object(db, oid: bytes):
+    """The object ``oid`` as ZODB has it now: read in a fresh snapshot (not the one of the
+    caller's transaction, nor the connection pool's last use), on a connection of its own."""
     manager = transaction_module.TransactionManager()
     connection = db.open(transaction_manager=manager)
     try:
-        manager.begin()  # a snapshot from now, not from the connection pool's last use
-        log = getattr(connection.get(tool_oid), LOG_ATTRIBUTE, None)
-        return {batch_id for batch_id in batch_ids if log is not None and batch_id in log}
+        manager.begin()
+        yield connection.get(oid)
     finally:
         manager.abort()
         connection.close()
+
+
+def committed_ids(db, tool_oid: bytes, batch_ids) -> set[str]:
+    """Those of ``batch_ids`` whose transactions committed, read in a fresh ZODB snapshot."""
+    with fresh_object(db, tool_oid) as tool:
+        log = getattr(tool, LOG_ATTRIBUTE, None)
+        return {batch_id for batch_id in batch_ids if log is not None and batch_id in log}
 
 
 # -- resolving --------------------------------------------------------------------------------

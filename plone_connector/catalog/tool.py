@@ -46,7 +46,7 @@ from .client import get_client
 from .committed import CatalogBatchMark, batch_watch, until_complete
 from .errors import ServiceRejected, UnmergedResultsUnsupported
 from .extraction import NOT_INDEXED, index_value, metadata_value, query_value
-from .indexes import definition, service_index
+from .indexes import definition, definitions, service_index
 from .schema import KNOWN_VALUE_TYPES, TYPED_INDEXES, declarations, wire_value_type
 
 logger = logging.getLogger("plone_connector.catalog")
@@ -89,14 +89,6 @@ def wire_query_value(value):
 def minute(now: DateTime) -> DateTime:
     """``now`` floored to the minute: effectiveRange compares minutes, and equal queries cache."""
     return DateTime(int(now.timeTime()) // 60 * 60)
-
-
-def _index_definitions(catalog) -> dict:
-    """The catalog's stored index objects by name (a ghost catalog's __dict__ is empty until it
-    is activated, as in indexes.definition)."""
-    base = aq_base(catalog)
-    base._p_activate()
-    return base.__dict__["indexes"]
 
 
 class ServiceCatalogTool(CatalogTool):
@@ -266,7 +258,7 @@ class ServiceCatalogTool(CatalogTool):
 
     @security.protected(ManageZCatalogIndexes)
     def delIndex(self, name):
-        removed = _index_definitions(self._catalog).get(name)
+        removed = definitions(self._catalog).get(name)
         ZCatalog.delIndex(self, name)
         self._forget_value_type(name)  # an index added again under this name is typed afresh
         self._schema_changed(removed_index=name, removed_object=removed)
@@ -372,10 +364,10 @@ class ServiceCatalogTool(CatalogTool):
     def _replaced(self, cleared, removed_objects: dict) -> set[str]:
         """The indexes a transaction replaces: cleared ones it still has, and ones it removed and
         added again (another object than the one removed: not a savepoint rollback's)."""
-        definitions = _index_definitions(self._catalog)
-        found = {n for n in cleared if n in definitions}
+        stored = definitions(self._catalog)
+        found = {n for n in cleared if n in stored}
         found.update(n for n, obj in removed_objects.items()
-                     if n in definitions and aq_base(definitions[n]) is not aq_base(obj))
+                     if n in stored and aq_base(stored[n]) is not aq_base(obj))
         return found
 
     @security.protected(ManageZCatalogEntries)

@@ -1091,31 +1091,7 @@ class JsonbStorage(ConflictResolvingStorage):
             return self._store().execute(query)
 
     def _encode(self, oid: bytes, prev: bytes, data: bytes, blob_id: int | None) -> _PendingRow:
-        zoid = int.from_bytes(oid, "big")
-        try:
-            class_name, text, refs, exact, reason, record = jsonstate.encode_row(data)
-        except jsonstate.TranscodeError as error:
-            # Not a ZODB pickle at all (ZODB's own tests store such bytes; so do record-
-            # transforming wrappers): keep it exactly. Its references are unknown, so pack
-            # refuses to collect garbage while such records exist (see pack.py).
-            return _PendingRow(
-                zoid, _serial(prev), OPAQUE, "null", [], data, blob_id, data,
-                exact_reason=f"opaque: {error}",
-            )
-        # Positional: a third of the keyword call's cost, once per object stored.
-        return _PendingRow(
-            zoid,
-            _serial(prev),
-            class_name,
-            text,
-            [int.from_bytes(ref, "big") for ref in refs] if refs else [],
-            exact,
-            blob_id,
-            data,
-            None,  # data_tid
-            reason if exact is not None else None,
-            record,
-        )
+        return _transcoded(_PendingRow(int.from_bytes(oid, "big"), _serial(prev), None, "", [], None, blob_id, data))
 
     @_store_side
     def store(self, oid, serial, data, version, transaction):
@@ -1166,23 +1142,8 @@ class JsonbStorage(ConflictResolvingStorage):
             self._flush()
 
     def _transcode(self, row: _PendingRow) -> _PendingRow:
-        """A new object's row that store() left as its pickle, transcoded in place (as
-        ``_encode`` would build it)."""
-        try:
-            class_name, text, refs, exact, reason, record = jsonstate.encode_row(row.pickle)
-        except jsonstate.TranscodeError:
-            encoded = self._encode(p64(row.zoid), None, row.pickle, row.blob_id)  # kept opaque
-            row.class_name, row.state_json, row.exact, row.exact_reason = (
-                encoded.class_name, encoded.state_json, encoded.exact, encoded.exact_reason)
-        else:
-            row.class_name = class_name
-            row.state_json = text
-            if refs:
-                row.refs = [int.from_bytes(ref, "big") for ref in refs]
-            row.exact = exact
-            if exact is not None:
-                row.exact_reason = reason
-            row.record = record
+        """A new object's row that store() left as its pickle, transcoded in place."""
+        _transcoded(row)
         self._written[row.zoid] = row.loaded
         if row.exact is not None:
             self._note_exact(row)
@@ -2039,6 +2000,28 @@ class JsonbStorage(ConflictResolvingStorage):
         self._oid_block = OID_BLOCK_MIN
         self._recent.clear()
         self._shared.cache.clear()
+
+
+def _transcoded(row: _PendingRow) -> _PendingRow:
+    """``row`` (its ``pickle``, not transcoded yet) with the fields the transcoder gives it."""
+    try:
+        class_name, text, refs, exact, reason, record = jsonstate.encode_row(row.pickle)
+    except jsonstate.TranscodeError as error:
+        # Not a ZODB pickle at all (ZODB's own tests store such bytes; so do record-transforming
+        # wrappers): keep it exactly. Its references are unknown, so pack refuses to collect
+        # garbage while such records exist (see pack.py).
+        row.class_name, row.state_json, row.exact = OPAQUE, "null", row.pickle
+        row.exact_reason = f"opaque: {error}"
+        return row
+    row.class_name = class_name
+    row.state_json = text
+    if refs:
+        row.refs = [int.from_bytes(ref, "big") for ref in refs]
+    if exact is not None:
+        row.exact = exact
+        row.exact_reason = reason
+    row.record = record
+    return row
 
 
 def _copy_line(row: _PendingRow) -> str:

@@ -22,8 +22,8 @@ from plone_connector.storage import JsonbStorage
 from plone_connector.storage import storage as storage_module
 
 
-def _commit(storage, items):
-    t = TransactionMetaData()
+def _commit(storage, items, **meta):
+    t = TransactionMetaData(**meta)
     storage.tpc_begin(t)
     for oid, serial, value in items:
         storage.store(oid, serial, zodb_pickle(MinPO(value)), "", t)

@@ -15,20 +15,11 @@ from persistent.mapping import PersistentMapping
 from persistent.TimeStamp import TimeStamp
 from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import POSKeyError, ReadConflictError
-from ZODB.tests.MinPO import MinPO
-from ZODB.tests.StorageTestBase import zodb_pickle, zodb_unpickle
+from ZODB.tests.StorageTestBase import zodb_unpickle
 from ZODB.utils import p64, u64, z64
 
 from plone_connector.storage import JsonbStorage
-
-
-def _commit(storage, items, **meta):
-    t = TransactionMetaData(**meta)
-    storage.tpc_begin(t)
-    for oid, serial, value in items:
-        storage.store(oid, serial, zodb_pickle(MinPO(value)), "", t)
-    storage.tpc_vote(t)
-    return storage.tpc_finish(t)
+from tests.storage.test_history import _commit
 
 
 def _backend(dsn, pid):

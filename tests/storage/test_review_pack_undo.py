@@ -12,32 +12,12 @@ from ZODB.Connection import TransactionMetaData
 from ZODB.FileStorage import FileStorage
 from ZODB.POSException import UndoError
 from ZODB.serialize import referencesf
-from ZODB.tests.MinPO import MinPO
-from ZODB.tests.StorageTestBase import zodb_pickle, zodb_unpickle
+from ZODB.tests.StorageTestBase import zodb_unpickle
 from ZODB.utils import z64
 
 from plone_connector.storage import JsonbStorage
-
-
-def _commit(storage, items):
-    t = TransactionMetaData()
-    storage.tpc_begin(t)
-    for oid, serial, value in items:
-        storage.store(oid, serial, zodb_pickle(MinPO(value)), "", t)
-    storage.tpc_vote(t)
-    return storage.tpc_finish(t)
-
-
-def _undo(storage, tid):
-    t = TransactionMetaData()
-    storage.tpc_begin(t)
-    try:
-        storage.undo(tid, t)
-        storage.tpc_vote(t)
-        return storage.tpc_finish(t)
-    except BaseException:
-        storage.tpc_abort(t)
-        raise
+from tests.storage.test_concurrency import _undo
+from tests.storage.test_history import _commit
 
 
 def _seconds(tid: bytes) -> float:
