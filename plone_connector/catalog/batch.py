@@ -421,10 +421,21 @@ class BatchDataManager:
         self._discard(txn)
 
     def tpc_begin(self, txn):
+        # Everything this data manager reads from ZODB objects (the tool's schema) is read here,
+        # before the ZODB connections' commit(): its final savepoint turns objects of this
+        # transaction into ghosts when the transaction touched more than the cache holds, and
+        # until the storages finish, loading one gives its state from before this transaction
+        # (a POSKeyError for a new one). A schema change read in commit() sent the old columns.
+        if self.schema_update is not None:
+            self._stage_for_vote()  # the additions first, then the batch, from this thread
+        elif self._schema_final is not None:
+            # As ZODB will commit it: a savepoint rolled back since the additions were sent may
+            # have taken a removal back (schema_update keeps what the tool still has).
+            self._schema_final = self._whole_schema()
         # The indexing queue was processed before the commit began: the batch is complete. Stage it
-        # while the ZODB storages store and vote (they sort before us); tpc_vote waits for it and
-        # sends it again if it changed since. A schema change is sent in tpc_vote, from this thread.
-        if self.schema_update is None and self._needs_staging():
+        # while the ZODB storages store and vote (they sort before us); commit() waits for it and
+        # sends it again if it changed since.
+        if self._needs_staging():
             staging = self.batch.staging()
             self.batch.dirty = False
             if staging:
@@ -437,12 +448,8 @@ class BatchDataManager:
         # The staging is waited for here, after the ZODB storages stored (they sort first) and
         # before any of them votes: JsonbStorage's vote takes the database's commit lock and
         # holds it until tpc_finish, and a large staging (a rebuild's) under it would keep every
-        # other writer of the database waiting.
+        # other writer of the database waiting. Nothing here reads ZODB (see tpc_begin).
         self._stage_for_vote()
-        if self._schema_final is not None:
-            # As ZODB will commit it: a savepoint rolled back since the additions were sent may
-            # have taken a removal back (schema_update keeps what the tool still has).
-            self._schema_final = self._whole_schema()
 
     def tpc_vote(self, txn):
         self._stage_for_vote()  # nothing to send unless the batch changed since commit()

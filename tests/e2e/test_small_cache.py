@@ -1,0 +1,260 @@
+"""Plone with the connector under a tiny ZODB cache, on FileStorage, RelStorage and JsonbStorage.
+
+A transaction that touches more objects than the ZODB cache holds is what every real site meets
+in its big transactions: site creation, an add-on's install, imports, rebuilds, upgrade steps. At
+the final savepoint of such a transaction ZODB turns objects it created into ghosts; touching one
+after ``Connection.commit`` and before the storage finished loads it from a storage that does not
+have it yet (POSKeyError in the second phase). Each test runs one of those transactions with a
+cache of ``CACHE_SIZE`` objects and then checks the site and its catalog against ZODB.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from unittest import mock
+
+import pytest
+import transaction
+import ZODB
+from plone.app.testing import PLONE_FIXTURE, SITE_OWNER_NAME, PloneSandboxLayer
+from plone.app.testing import login as plone_login
+from plone.app.testing import logout as plone_logout
+from plone.testing import zope
+from zope.component.hooks import setSite
+from zope.globalrequest import setRequest
+
+from plone_connector.catalog.cache import query_cache
+from tests.e2e.jsonb_layer import layer_db, layer_set_up, seed
+from tests.pg import create_database, drop_database
+
+pytestmark = [pytest.mark.slow, pytest.mark.plone]
+
+CACHE_SIZE = int(os.environ.get("SMALL_CACHE_SIZE", "100"))
+KINDS = ("FileStorage", "RelStorage", "JsonbStorage")
+DOCUMENTS = 60
+
+
+class SmallCacheLayer(PloneSandboxLayer):
+    """The ZCML of the connector's sites; the sites themselves are made by the tests."""
+
+    defaultBases = (PLONE_FIXTURE,)
+
+    def setUpZope(self, app, configurationContext):
+        import plone.app.contenttypes
+        import plone.classicui
+        import plone.distribution
+        import plone.restapi
+
+        import plone_connector
+
+        self.loadZCML(package=plone.app.contenttypes)
+        self.loadZCML(package=plone.distribution)
+        self.loadZCML(package=plone.classicui)
+        self.loadZCML(package=plone.restapi)
+        self.loadZCML(package=plone_connector)
+
+
+SMALL_CACHE_LAYER = SmallCacheLayer(name="SmallCacheLayer")
+
+
+@pytest.fixture(scope="module")
+def zcml(catalog_service):
+    with layer_set_up(SMALL_CACHE_LAYER):
+        yield SMALL_CACHE_LAYER
+
+
+def _open_storage(kind: str, dsn: str, blob_dir: str):
+    if kind == "FileStorage":
+        from ZODB.FileStorage import FileStorage
+
+        return FileStorage(os.path.join(blob_dir, "Data.fs"), blob_dir=os.path.join(blob_dir, "blobs"))
+    if kind == "RelStorage":
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+        from relstorage.adapters.postgresql import PostgreSQLAdapter
+        from relstorage.options import Options
+        from relstorage.storage import RelStorage
+
+        options = Options(keep_history=False, blob_dir=blob_dir, shared_blob_dir=False)
+        # Its driver (psycopg2) wants a key=value connection string.
+        dsn = make_conninfo(**{k: v for k, v in conninfo_to_dict(dsn).items() if v})
+        return RelStorage(PostgreSQLAdapter(dsn=dsn, options=options), options=options)
+    from plone_connector.storage import JsonbStorage
+
+    return JsonbStorage(dsn, blob_dir=blob_dir)
+
+
+@pytest.fixture(params=KINDS)
+def small_db(request, zcml):
+    """A database on the storage ``request.param`` seeded with the Zope application of Plone's
+    fixture, opened with a cache of CACHE_SIZE objects."""
+    dsn, admin = create_database("smallcache")
+    with tempfile.TemporaryDirectory() as blob_dir:
+        storage = _open_storage(request.param, dsn, blob_dir)
+        seed(storage, layer_db(PLONE_FIXTURE).storage)
+        db = ZODB.DB(storage, cache_size=CACHE_SIZE)
+        try:
+            yield request.param, db
+        finally:
+            transaction.abort()
+            db.close()
+            query_cache.clear()
+            drop_database(admin, dsn)
+
+
+def _site_id(kind: str, connector: bool = True) -> str:
+    """A site id (and so the service catalog's id) no other test uses: the service outlives the
+    tests' databases."""
+    return f"small-{kind.lower()}-{'' if connector else 'stock-'}{uuid.uuid4().hex[:8]}"
+
+
+@contextlib.contextmanager
+def _as_owner(db, site_id: str):
+    """The Zope application in a fresh connection of ``db``, as the site owner, as a request
+    would have it; commits at the end (here: zopeApp's own commit swallows a failure)."""
+    with mock.patch.dict(os.environ, {"CATALOG_SERVICE_CATALOG_ID": site_id}), zope.zopeApp(db=db) as app:
+        setRequest(app.REQUEST)
+        plone_login(app, SITE_OWNER_NAME)
+        try:
+            yield app
+            transaction.commit()
+        finally:
+            plone_logout()
+            setSite(None)
+            setRequest(None)
+
+
+def _catalog_paths(site) -> set[str]:
+    site_path = "/".join(site.getPhysicalPath())
+    return {brain.getPath() for brain in site.portal_catalog.unrestrictedSearchResults(path=site_path)
+            if brain.getPath() != site_path}
+
+
+def _content_paths(site) -> set[str]:
+    """What ZODB holds: every content object of the site, the oracle of the catalog."""
+    from plone.dexterity.interfaces import IDexterityContent
+
+    found = set()
+
+    def walk(obj):
+        for child in obj.objectValues():
+            if IDexterityContent.providedBy(child):
+                found.add("/".join(child.getPhysicalPath()))
+                walk(child)
+
+    walk(site)
+    return found
+
+
+@pytest.mark.parametrize("connector", [True, False], ids=["connector", "stock"])
+def test_site_creation_from_a_distribution_with_content(small_db, connector):
+    """The classic distribution with its example content: plone.exportimport imports it in a few
+    transactions, each touching far more objects than the cache holds, the first of which created
+    the site manager. Before, the commit failed in its second phase (CMFCore's queue loaded the
+    ghost of the new site manager) with the connector and, at this cache size, stock Plone too."""
+    from Products.CMFPlone.factory import addPloneSite
+
+    kind, db = small_db
+    site_id = _site_id(kind, connector)
+    with _as_owner(db, site_id) as app:
+        addPloneSite(app, site_id, title="Small cache", distribution_name="classic", setup_content=True,
+                     extension_ids=("plone_connector:default",) if connector else ())
+    db.cacheMinimize()
+    with _as_owner(db, site_id) as app:
+        site = app[site_id]
+        setSite(site)
+        content = _content_paths(site)
+        assert len(content) >= 5  # news, events, Members and the two aggregators
+        assert _catalog_paths(site) == content
+
+
+def test_site_creation_content_rebuild_and_upgrade_with_a_tiny_cache(small_db):
+    kind, db = small_db
+    site_id = _site_id(kind)
+    from Products.CMFPlone.factory import addPloneSite
+
+    with _as_owner(db, site_id) as app:
+        addPloneSite(app, site_id, title="Small cache",
+                     extension_ids=("plone.app.contenttypes:default", "plone_connector:default"))
+    db.cacheMinimize()
+
+    with _as_owner(db, site_id) as app:
+        site = app[site_id]
+        setSite(site)
+        # Content in one transaction: more objects touched than the cache holds.
+        site.invokeFactory("Folder", "section", title="Section")
+        for n in range(DOCUMENTS):
+            site.section.invokeFactory("Document", f"doc-{n}", title=f"Gartenzwerg {n}")
+        transaction.commit()
+        assert _catalog_paths(site) == _content_paths(site)
+        assert len(site.portal_catalog(portal_type="Document")) == DOCUMENTS
+
+        # A rebuild, then an upgrade step (GenericSetup's catalog import and a refresh, as upgrade
+        # steps do), each in its own transaction.
+        site.portal_catalog.clearFindAndRebuild()
+        transaction.commit()
+        assert _catalog_paths(site) == _content_paths(site)
+        site.portal_setup.runImportStepFromProfile("profile-Products.CMFPlone:plone", "catalog",
+                                                   run_dependencies=False)
+        site.portal_catalog.refreshCatalog(clear=1)
+        transaction.commit()
+
+    db.cacheMinimize()
+    with _as_owner(db, site_id) as app:
+        site = app[site_id]
+        setSite(site)
+        assert _catalog_paths(site) == _content_paths(site)
+        brains = site.portal_catalog(Title="Gartenzwerg", sort_on="getId")
+        assert len(brains) == DOCUMENTS
+        assert brains[0].getObject().Title() == brains[0].Title
+
+
+def test_site_creation_with_the_connector_before_other_profiles(small_db):
+    """Profiles applied after the connector's add indexes and columns to the new tool in the same
+    transaction: the schema change the connector sends at commit is read from the tool's new
+    index objects, which Connection.commit's final savepoint may have made ghosts."""
+    from Products.CMFPlone.factory import addPloneSite
+
+    kind, db = small_db
+    site_id = _site_id(kind)
+    with _as_owner(db, site_id) as app:
+        addPloneSite(app, site_id, title="Small cache",
+                     extension_ids=("plone_connector:default", "plone.app.contenttypes:default",
+                                    "plone.app.contenttypes:plone-content"))
+    db.cacheMinimize()
+    with _as_owner(db, site_id) as app:
+        site = app[site_id]
+        setSite(site)
+        content = _content_paths(site)
+        assert content
+        assert _catalog_paths(site) == content
+        assert "getObjPositionInParent" in site.portal_catalog.indexes()
+
+
+def test_an_index_added_in_a_transaction_larger_than_the_cache(small_db):
+    """The new index object is a ghost after Connection.commit's final savepoint; the connector
+    reads the schema change it sends from the tool before that (tpc_begin), not after."""
+    from Products.CMFPlone.factory import addPloneSite
+
+    kind, db = small_db
+    site_id = _site_id(kind)
+    with _as_owner(db, site_id) as app:
+        addPloneSite(app, site_id, title="Small cache",
+                     extension_ids=("plone.app.contenttypes:default", "plone_connector:default"))
+    with _as_owner(db, site_id) as app:
+        site = app[site_id]
+        setSite(site)
+        site.portal_catalog.addIndex("small_cache_field", "FieldIndex")
+        site.portal_catalog.addColumn("small_cache_field")
+        site.invokeFactory("Folder", "section", title="Section")
+        for n in range(DOCUMENTS):
+            site.section.invokeFactory("Document", f"doc-{n}", title=f"Gartenzwerg {n}")
+    db.cacheMinimize()
+    with _as_owner(db, site_id) as app:
+        site = app[site_id]
+        setSite(site)
+        assert "small_cache_field" in site.portal_catalog.indexes()
+        assert len(site.portal_catalog(portal_type="Document", small_cache_field=None)) == 0
+        assert _catalog_paths(site) == _content_paths(site)
