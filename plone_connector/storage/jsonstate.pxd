@@ -10,6 +10,7 @@ cdef class _Encoder:
     cdef public Py_ssize_t depth
     cdef public Py_ssize_t items
     cdef public Py_ssize_t chars
+    cdef public set open
 
     cpdef enter(self, Py_ssize_t items=*)
     cpdef charge(self, Py_ssize_t items)
@@ -19,6 +20,7 @@ cdef class _Encoder:
     cpdef object wrap(self, object value, object body)
     cpdef number(self, object value)
     cpdef object enc(self, object value)
+    cpdef object enc_tuple(self, tuple value)
     cpdef list enc_items(self, object values)
     cpdef object enc_dict(self, dict value)
     cpdef object enc_ref(self, object pid)

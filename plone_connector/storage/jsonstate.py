@@ -20,7 +20,13 @@ import re
 import struct
 from typing import NamedTuple
 
-from plone_connector.storage.jsonstate_pickle import FormatError, utc_from_micros, write_record
+from plone_connector.storage.jsonstate_pickle import (
+    ORDER_KEY,
+    FormatError,
+    jsonb_key,
+    utc_from_micros,
+    write_record,
+)
 from plone_connector.storage.jsonstate_tree import (
     MAX_NESTING,
     GlobalMeta,
@@ -30,7 +36,8 @@ from plone_connector.storage.jsonstate_tree import (
     same_structure,
 )
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Version 2 (state_format.md §11): dict key order (ORDER_KEY) and tuples that refer to themselves.
 
 # Integers beyond this are written as {"@int": "..."}: JSONB would keep them, but most JSON
 # clients (JavaScript numbers) would not.
@@ -119,20 +126,41 @@ def _plain_str(text: str) -> bool:
     return _BAD_CHARS.search(text) is None
 
 
-def _plain_keys(value: dict) -> bool:
-    """Can the dict be a JSON object: keys all texts without U+0000 or lone surrogates, and not
-    one single key that would read as a tag?"""
+def _plain_keys(value: dict) -> int:
+    """Can the dict be a JSON object: keys all texts without U+0000 or lone surrogates, not one
+    single key that would read as a tag, and not ORDER_KEY? 0 if not, 1 for ASCII keys, else 2."""
     try:
         # One check over all keys at once (the structure has only exact str, no subclasses).
         keys = "".join(value)
     except TypeError:  # a key that is not a text
-        return False
+        return 0
     if keys.isascii():
         if "\x00" in keys:
-            return False
+            return 0
+        plain = 1
     elif _BAD_CHARS.search(keys) is not None:
-        return False
-    return not (len(value) == 1 and keys[:1] == "@")
+        return 0
+    else:
+        plain = 2
+    if len(value) == 1:
+        return 0 if keys[:1] == "@" else plain
+    return 0 if ORDER_KEY in value else plain
+
+
+def _ascii_jsonb_key(key: str) -> tuple[int, str]:
+    # jsonb_key of an ASCII text: its length, then the text (bytes and characters agree).
+    return len(key), key
+
+
+def key_ranks(value: dict, ascii_keys: bool = False) -> list[int] | None:
+    """The ORDER_KEY record of a dict with text keys: each key's rank in jsonb's key order, in
+    the dict's own order; None when the two orders are the same (nothing to record)."""
+    keys = list(value)
+    ordered = sorted(keys, key=_ascii_jsonb_key if ascii_keys else jsonb_key)
+    if ordered == keys:
+        return None
+    rank = {key: index for index, key in enumerate(ordered)}
+    return [rank[key] for key in keys]
 
 
 def _float_json(value: float):
@@ -197,6 +225,9 @@ class _Encoder:
         self.numbers: dict[int, int] = {}
         self.depth = 0  # containers being encoded, one inside the other
         self.items, self.chars = budget  # what is left of the expansion budget
+        # Tuples and value calls being encoded (by id): met again inside themselves, a tuple is
+        # shared (@shared/@same, format version 2) so that it loads as one object again.
+        self.open: set[int] = set()
 
     def enter(self, items: int = 0) -> None:
         """A container of ``items`` values begins."""
@@ -251,7 +282,7 @@ class _Encoder:
                 return value
             return {"@s": _str_pieces(value)}
         if kind is tuple:
-            return {"@t": self.enc_items(value)}
+            return self.enc_tuple(value)
         if value is None or kind is bool:
             return value
         if kind is int:
@@ -282,6 +313,24 @@ class _Encoder:
             return _float_json(value)
         raise _Unsupported(f"no JSON form for {kind.__name__}")
 
+    def enc_tuple(self, value: tuple):
+        key = id(value)
+        if key in self.shared:  # a tuple that refers to itself (through a container)
+            number = self.numbers.get(key)
+            if number is not None:
+                return {"@same": number}
+            self.number(value)
+            return self.wrap(value, {"@t": self.enc_items(value)})
+        if key in self.open:
+            if self.numbers or self.shared:
+                raise _Unsupported("a tuple inside itself found late")  # not expected: pass 1 finds all
+            self.duplicates.add(key)
+            return {"@same": -1}
+        self.open.add(key)
+        body = {"@t": self.enc_items(value)}
+        self.open.discard(key)
+        return body
+
     def enc_items(self, values) -> list:
         # ASCII texts without U+0000 and None are their own JSON (the common items): no call.
         self.enter(len(values))
@@ -302,7 +351,8 @@ class _Encoder:
             return again
         self.number(value)
         self.enter(len(value))
-        if _plain_keys(value):
+        plain = _plain_keys(value)
+        if plain:
             self.spend(sum(map(len, value)))
             enc = self.enc
             body = {
@@ -312,6 +362,10 @@ class _Encoder:
                 else enc(item)
                 for key, item in value.items()
             }
+            if len(value) > 1:
+                ranks = key_ranks(value, plain == 1)
+                if ranks is not None:
+                    body[ORDER_KEY] = ranks
         else:
             body = {"@dict": [[self.enc(key), self.enc(item)] for key, item in value.items()]}
         self.depth -= 1
@@ -351,7 +405,17 @@ class _Encoder:
             if kind != "state":  # items or dictitems: a list
                 items += len(payload)
         self.enter(items)
-        body = self.enc_call(node)
+        if node.is_value():
+            # A value (frozenset, datetime, ...) reached from inside itself: the pickle builds it
+            # inside its own arguments, which the format has no form for (kept exact).
+            key = id(node)
+            if key in self.open:
+                raise _Unsupported("a value call inside itself")
+            self.open.add(key)
+            body = self.enc_call(node)
+            self.open.discard(key)
+        else:
+            body = self.enc_call(node)
         self.depth -= 1
         return body
 
@@ -584,9 +648,9 @@ def encode_record(data: bytes, with_state: bool = True) -> EncodedState:
     try:
         rebuilt = decode_record(class_name, state_json, jsonb_order=True, hoisted=hoisted)
         meta2, state2, _ = load_structure(rebuilt)
-        exact = (meta is meta2 or same_structure(meta, meta2, ordered=False)) and same_structure(
-            state, state2, ordered=False
-        )
+        # Dicts in order (format version 2 keeps it), and tuples that refer to themselves must
+        # do so again (same_structure).
+        exact = (meta is meta2 or same_structure(meta, meta2)) and same_structure(state, state2)
     except Exception:  # any failure of the check means "keep exact"
         exact = False
     if not exact:
@@ -628,12 +692,18 @@ def decode_text(class_name: str, text, jsonb_order: bool = False) -> bytes:
     return decode_record(class_name, json.loads(text), jsonb_order)
 
 
-def decode_record(class_name: str, state, jsonb_order: bool = False, hoisted: list | None = None) -> bytes:
+def decode_record(
+    class_name: str, state, jsonb_order: bool = False, hoisted: list | None = None, version: int = FORMAT_VERSION
+) -> bytes:
     """Rebuild a record (class pickle + state pickle) that ZODB loads to an equal state.
 
     ``jsonb_order``: the record a load from PostgreSQL would give, whose jsonb column keeps
-    object members in its own order (jsonstate_pickle.jsonb_key), not the JSON's.
+    object members in its own order (jsonstate_pickle.jsonb_key), not the JSON's; objects that
+    record their order (ORDER_KEY) are written in that order either way. ``version``: the format
+    version the JSON was written in (1 had no ORDER_KEY: a member of that name is a key).
     """
+    if not 1 <= version <= FORMAT_VERSION:
+        raise TranscodeError(f"no state format version {version} (this code reads 1 to {FORMAT_VERSION})")
     class_meta = class_name
     if type(state) is dict and len(state) == 1:
         key = next(iter(state))
@@ -645,6 +715,6 @@ def decode_record(class_name: str, state, jsonb_order: bool = False, hoisted: li
                 raise TranscodeError("@record takes {'class': ..., 'state': ...}")
             class_meta, state = body["class"], body["state"]
     try:
-        return write_record(class_meta, state, jsonb_order, hoisted)
+        return write_record(class_meta, state, jsonb_order, hoisted, version >= 2)
     except (FormatError, RecursionError, ValueError, TypeError, OverflowError) as exc:
         raise TranscodeError(f"{type(exc).__name__}: {exc}"[:_REASON_LIMIT]) from exc

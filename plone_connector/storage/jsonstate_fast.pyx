@@ -830,11 +830,11 @@ cdef class _Tree:
         return 0
 
     cdef int emit_writer(self, Out *out, int slot, int depth, Globals *memo) except -1:
-        """The value as decode_record writes it from the JSON, in jsonb's key order."""
+        """The value as decode_record writes it from the JSON (in jsonb's key order, which
+        "@order" members make the dict's own)."""
         cdef FNode *node = &self.nodes[self.slots[slot].node]
         cdef FNode *pid
-        cdef int child, i, count
-        cdef int *pairs
+        cdef int child
         cdef Py_ssize_t size
         if depth > MAX_DEPTH:
             raise _TooDeep()
@@ -878,30 +878,15 @@ cdef class _Tree:
                 out_byte(out, 0x86)  # TUPLE2
             out_byte(out, 81)  # BINPERSID
         elif node.kind == K_DICT:
+            # A JSON object keeps the dict's order ("@order" where jsonb's differs), @dict pairs
+            # keep theirs: members in the pickle's order either way.
             out_byte(out, 125)  # EMPTY_DICT
             if node.count:
                 out_byte(out, 40)
-                if self.all_text_keys(node):  # a JSON object: members in jsonb's order
-                    count = node.count // 2
-                    pairs = <int *>PyMem_Malloc(count * 4 * sizeof(int))
-                    if pairs == NULL:
-                        raise MemoryError()
-                    try:
-                        child = node.first
-                        for i in range(count):
-                            pairs[2 * i] = child
-                            pairs[2 * i + 1] = self.slots[child].next
-                            child = self.slots[pairs[2 * i + 1]].next
-                        self.sort_pairs(pairs, pairs + 2 * count, count)
-                        for i in range(2 * count):
-                            self.emit_writer(out, pairs[i], depth + 1, memo)
-                    finally:
-                        PyMem_Free(pairs)
-                else:  # @dict pairs, in their order
-                    child = node.first
-                    while child >= 0:
-                        self.emit_writer(out, child, depth + 1, memo)
-                        child = self.slots[child].next
+                child = node.first
+                while child >= 0:
+                    self.emit_writer(out, child, depth + 1, memo)
+                    child = self.slots[child].next
                 out_byte(out, 117)  # SETITEMS
         else:  # texts ('X', as the writer too), floats, None, booleans: the opcode as read
             out_write(out, <const char *>self.data + node.start, node.end - node.start)
@@ -934,15 +919,63 @@ cdef class _Tree:
 
     cdef bint plain_keys(self, FNode *node):
         """Can the dict be a JSON object (the reference's _plain_keys; keys with U+0000 or lone
-        surrogates make json_text give up, as the reference then writes @s keys)?"""
+        surrogates make json_text give up, as the reference then writes @s keys)? Not with a key
+        "@order" (the member recording key order)."""
         cdef FNode *key
+        cdef int child = node.first
         if not self.all_text_keys(node):
             return False
         if node.count == 2:
             key = &self.nodes[self.slots[node.first].node]
             if key.pend > key.pstart and self.data[key.pstart] == 64:  # '@': would read as a tag
                 return False
+        while child >= 0:
+            key = &self.nodes[self.slots[child].node]
+            if key.pend - key.pstart == 6 and memcmp(self.data + key.pstart, b"@order", 6) == 0:
+                return False
+            child = self.slots[self.slots[child].next].next
         return True
+
+    cdef int emit_order(self, Out *out, FNode *node) except -1:
+        """The "@order" member of a JSON object whose keys are not in jsonb's order: each key's
+        rank in that order, in the dict's own order (jsonstate.key_ranks); nothing otherwise."""
+        cdef int count = node.count // 2, i, previous, child
+        cdef bint ordered = True
+        cdef int *pairs
+        cdef int *ranks
+        child = node.first
+        previous = -1
+        while child >= 0:
+            if previous >= 0 and self.key_less(child, previous):  # (a key twice: the decoder's)
+                ordered = False
+                break
+            previous = child
+            child = self.slots[self.slots[child].next].next
+        if ordered:
+            return 0
+        # (key slot, position) pairs sorted by key: the position of each rank.
+        pairs = <int *>PyMem_Malloc(count * 5 * sizeof(int))
+        if pairs == NULL:
+            raise MemoryError()
+        try:
+            ranks = pairs + 4 * count
+            child = node.first
+            for i in range(count):
+                pairs[2 * i] = child
+                pairs[2 * i + 1] = i
+                child = self.slots[self.slots[child].next].next
+            self.sort_pairs(pairs, pairs + 2 * count, count)
+            for i in range(count):
+                ranks[pairs[2 * i + 1]] = i
+            out_write(out, b',"@order":[', 11)
+            for i in range(count):
+                if i:
+                    out_byte(out, b',')
+                write_decimal(out, ranks[i])
+            out_byte(out, b']')
+        finally:
+            PyMem_Free(pairs)
+        return 0
 
     cdef int check_pair_keys(self, FNode *node) except -1:
         """Keys written as @dict pairs must be what the unpickled dict holds: hashable, and each
@@ -1069,6 +1102,8 @@ cdef class _Tree:
                 self.emit_json(out, child, depth + 1, refs, seen)
                 child = self.slots[child].next
                 i += 1
+            if node.count > 2:
+                self.emit_order(out, node)
             out_byte(out, b'}')
         elif kind == K_LIST or kind == K_TUPLE:
             if kind == K_TUPLE:
@@ -1596,6 +1631,7 @@ cdef class _Decoder:
         cdef int count = 0, capacity = 32, i
         cdef char tag_key[16]
         cdef Py_ssize_t key_start, after
+        cdef int recorded
         cdef int *order = NULL
         cdef int *scratch = NULL
         try:
@@ -1634,8 +1670,9 @@ cdef class _Decoder:
                     raise _NotPlain()
                 self.p = after
                 return 0
-            # A plain dict: members in text order, or in jsonb's; a key twice is not this subset.
-            order = <int *>PyMem_Malloc(2 * count * sizeof(int))
+            # A plain dict: members in text order, or in jsonb's, or in the order its "@order"
+            # member records; a key twice is not this subset.
+            order = <int *>PyMem_Malloc(4 * count * sizeof(int))
             if order == NULL:
                 raise MemoryError()
             scratch = order + count
@@ -1645,18 +1682,73 @@ cdef class _Decoder:
             for i in range(1, count):
                 if self.key_compare(order[i - 1], order[i], positions) == 0:
                     raise _NotPlain()
+            recorded = -1
+            for i in range(count):
+                key_start = positions[2 * i - 2] if i else 0
+                if positions[2 * i] - key_start == 6 and memcmp(self.keys.data + key_start, b"@order", 6) == 0:
+                    recorded = i
+            if recorded >= 0:
+                self.recorded_order(order, count, recorded, positions, depth)
             # The keys buffer is reused by nested values: keep this object's keys aside.
             saved = PyBytes_FromStringAndSize(self.keys.data, self.keys.size)
             out_byte(&self.out, 125)  # EMPTY_DICT
             out_byte(&self.out, 40)   # MARK
-            for i in range(count):
-                self.member(order[i] if self.jsonb_order else i, positions, saved, depth)
+            if recorded >= 0:
+                for i in range(count - 1):
+                    self.member(order[2 * count + i], positions, saved, depth)
+            else:
+                for i in range(count):
+                    self.member(order[i] if self.jsonb_order else i, positions, saved, depth)
             out_byte(&self.out, 117)  # SETITEMS
             self.p = after
             return 0
         finally:
             PyMem_Free(allocated)
             PyMem_Free(order)
+
+    cdef int recorded_order(self, int *order, int count, int recorded, Py_ssize_t *positions, int depth) except -1:
+        """The members of an object with an "@order" member (index ``recorded``), in the order it
+        records, into order[2 * count:]: it lists the jsonb rank (order[:count], sorted) of each
+        other member, each once (jsonstate_pickle.recorded_order); anything else is the
+        reference's to refuse."""
+        cdef int *others = order + count          # the other members in jsonb's order
+        cdef int *result = order + 2 * count
+        cdef int *taken = order + 3 * count
+        cdef int n = 0, i, rank
+        cdef unsigned long long value
+        cdef Py_ssize_t start
+        for i in range(count):
+            if order[i] != recorded:
+                others[n] = order[i]
+                n += 1
+            taken[i] = 0
+        self.p = positions[2 * recorded + 1]
+        self.expect(91)  # '['
+        i = 0
+        if not self.closes(93):
+            while True:
+                self.skip_ws()
+                start = self.p
+                value = 0
+                while self.p < self.size and 48 <= self.text[self.p] <= 57 and self.p - start < 10:
+                    value = value * 10 + (self.text[self.p] - 48)
+                    self.p += 1
+                if self.p == start or (self.text[start] == 48 and self.p - start > 1):
+                    raise _NotPlain()  # not a plain non-negative JSON integer
+                if value >= <unsigned long long>n or i >= n or taken[value]:
+                    raise _NotPlain()
+                taken[value] = 1
+                result[i] = others[value]
+                i += 1
+                if not self.more(93):
+                    break
+        if i != n:
+            raise _NotPlain()
+        # The array ends where the member does.
+        self.skip_ws()
+        if self.p >= self.size or (self.text[self.p] != 44 and self.text[self.p] != 125):
+            raise _NotPlain()
+        return 0
 
     cdef int member(self, int index, Py_ssize_t *positions, bytes keys, int depth) except -1:
         cdef Py_ssize_t start = positions[2 * index - 2] if index else 0

@@ -12,6 +12,9 @@ cdef class RecordWriter:
     cdef public bint jsonb_order
     cdef public list hoist_boundaries
     cdef public bint hoisted_build
+    cdef public bint orders
+    cdef public Py_ssize_t open_tuples
+    cdef public dict open_nodes
 
     cpdef enter(self)
     cpdef Py_ssize_t put(self) except -1
@@ -27,8 +30,11 @@ cdef class RecordWriter:
     cpdef write_items(self, list items)
     cpdef write_dictitems(self, list pairs)
     cpdef value(self, object value, object share=*)
+    cpdef open_list(self, list value)
     cpdef write_dict(self, dict value, object share)
+    cpdef write_members(self, dict value)
     cpdef call(self, object body, object share, bint newobj)
+    cpdef call_operations(self, dict body)
     cpdef persistent_id(self, object write_pid)
     cpdef back_reference(self, object number)
 

@@ -34,6 +34,12 @@ REDUCE = b"R"
 NEWOBJ = b"\x81"
 BUILD = b"b"
 BINPERSID = b"Q"
+POP = b"0"
+POP_MARK = b"1"
+
+# Format version 2: the member of a JSON object that records its dict's key order where that is
+# not jsonb's (state_format.md §10): the jsonb ranks of the keys, in the dict's insertion order.
+ORDER_KEY = "@order"
 
 # Opcodes with a one-byte argument, prebuilt: memo puts and gets, small ints, short bytes.
 _BINPUT = [b"q" + bytes((i,)) for i in range(256)]
@@ -144,10 +150,13 @@ def _global_opcode(dotted) -> bytes:
 class RecordWriter:
     """Emits one record; the memo is shared by the class pickle and the state pickle."""
 
-    def __init__(self, state_root, jsonb_order: bool = False):
+    def __init__(self, state_root, jsonb_order: bool = False, orders: bool = True):
         # With jsonb_order, object members are written in the order PostgreSQL's jsonb keeps
-        # them (shorter keys first, then by their UTF-8 bytes), whatever order the JSON has.
+        # them (shorter keys first, then by their UTF-8 bytes), whatever order the JSON has;
+        # an object with an ORDER_KEY member is written in the order it records either way.
         self.jsonb_order = jsonb_order
+        # False reads format version 1, where ORDER_KEY was a key like any other.
+        self.orders = orders
         self.out: list[bytes] = []
         self.memo_size = 0
         self.global_memo: dict[str, int] = {}  # "module.name" -> memo index
@@ -162,6 +171,11 @@ class RecordWriter:
         # while loading may then see an object half built.
         self.hoist_boundaries: list[set[int]] = []
         self.hoisted_build = False
+        # Inside the definition of a tuple reachable from itself (open_tuples > 0): the memo
+        # indexes of the unshared containers being written (by id of their JSON), so that the
+        # copy of the tuple written where it refers to itself takes them, as the pickler does.
+        self.open_tuples = 0
+        self.open_nodes: dict[int, int] = {}
 
     # -- low level ---------------------------------------------------------------------
 
@@ -295,9 +309,12 @@ class RecordWriter:
             self.out.append(NEWTRUE if value else NEWFALSE)
         elif kind is list:
             self.enter()
-            self.out.append(EMPTY_LIST)
-            self.created(share)
-            self.write_items(value)
+            if self.open_tuples and share is None:
+                self.open_list(value)
+            else:
+                self.out.append(EMPTY_LIST)
+                self.created(share)
+                self.write_items(value)
             self.depth -= 1
             return
         elif kind is float:
@@ -308,11 +325,40 @@ class RecordWriter:
             # A shared immutable value: memoize it so later uses are the same object.
             self.shared_memo[share] = self.put()
 
+    def open_list(self, value: list) -> None:
+        """A list inside a tuple that refers to itself: memoized while it is written."""
+        key = id(value)
+        index = self.open_nodes.get(key)
+        if index is not None:  # the copy of the tuple, inside this list: the list itself
+            self.get(index)
+            return
+        self.out.append(EMPTY_LIST)
+        self.open_nodes[key] = self.put()
+        self.write_items(value)
+        del self.open_nodes[key]
+
     def write_dict(self, value: dict, share: int | None) -> None:
         append = self.out.append
+        key = id(value)
+        if self.open_tuples and share is None:
+            index = self.open_nodes.get(key)
+            if index is not None:
+                self.get(index)
+                return
+            append(EMPTY_DICT)
+            self.open_nodes[key] = self.put()
+            try:
+                self.write_members(value)
+            finally:
+                del self.open_nodes[key]
+            return
         append(EMPTY_DICT)
         if share is not None:
             self.shared_memo[share] = self.put()
+        self.write_members(value)
+
+    def write_members(self, value: dict) -> None:
+        append = self.out.append
         if not value:
             return
         append(MARK)
@@ -320,7 +366,13 @@ class RecordWriter:
             if type(key) is not str:
                 raise FormatError(f"object key {key!r} is not a string")
         # Keys and values alternate, as SETITEMS reads them; write_values takes texts inline.
-        if self.jsonb_order and len(value) > 1:
+        if self.orders and ORDER_KEY in value:
+            items = []
+            for key in recorded_order(value):
+                items.append(key)
+                items.append(value[key])
+            self.write_values(items)
+        elif self.jsonb_order and len(value) > 1:
             items = []
             for key in sorted(value, key=jsonb_key):
                 items.append(key)
@@ -335,6 +387,11 @@ class RecordWriter:
             raise FormatError("@reduce/@obj take an object")
         if not _CALL_FIELDS.issuperset(body):
             raise FormatError(f"unknown fields {sorted(body.keys() - _CALL_FIELDS)}")
+        if self.open_tuples and share is None:
+            index = self.open_nodes.get(id(body))
+            if index is not None:  # the copy of a tuple, inside this object: the object itself
+                self.get(index)
+                return
         callable_ = body.get("class" if newobj else "func")
         if type(callable_) is str:
             self.write_global(callable_)
@@ -344,7 +401,18 @@ class RecordWriter:
             self.value(callable_)
         self.write_tuple(_check_list(body.get("args", []), "args"))
         self.out.append(NEWOBJ if newobj else REDUCE)
+        if self.open_tuples and share is None:
+            key = id(body)
+            self.open_nodes[key] = self.put()
+            try:
+                self.call_operations(body)
+            finally:
+                del self.open_nodes[key]
+            return
         self.created(share)
+        self.call_operations(body)
+
+    def call_operations(self, body: dict) -> None:
         if "items" in body:
             self.write_items(_check_list(body["items"], "items"))
         if "dictitems" in body:
@@ -378,17 +446,34 @@ class RecordWriter:
             self.back_reference(number)
             self.get(index)
             return
+        value = body["value"]
+        is_tuple = type(value) is dict and len(value) == 1 and "@t" in value
         if number in self.in_progress:
-            raise FormatError(f"@shared {number} contains itself where pickle cannot")
+            if not is_tuple:
+                raise FormatError(f"@shared {number} contains itself where pickle cannot")
+            # A tuple that refers to itself through a container: built here, inside that
+            # container (memoized meanwhile), from its items; the definition then drops its own
+            # items and takes this one (as the pickler writes it).
+            self.value(value, number)
+            return
         self.in_progress.add(number)
-        self.value(body["value"], number)
+        if is_tuple:
+            self.open_tuples += 1
+            try:
+                self.value(value, number)
+            finally:
+                self.open_tuples -= 1
+        else:
+            self.value(value, number)
         self.in_progress.discard(number)
 
     def same(self, number, share: int | None) -> None:
         if type(number) is not int:
             raise FormatError("@same takes an int")
         index = self.shared_memo.get(number)
-        if index is None:
+        if index is None and number in self.in_progress:
+            self.shared(self.find_shared(number), None)  # a tuple inside itself
+        elif index is None:
             # JSONB may order keys so that a use comes before its definition: write the
             # definition here; the definition site then becomes a memo get.
             definition = self.find_shared(number)
@@ -469,9 +554,21 @@ def _collect_shared(value, found: dict, depth: int) -> None:
 def _tuple(w: RecordWriter, body, share) -> None:
     if type(body) is not list:
         raise FormatError("@t takes a list")
-    w.write_tuple(body)
-    if share is not None:
+    if share is None:
+        w.write_tuple(body)
+        return
+    count = len(body)
+    if count > 3:
+        w.out.append(MARK)
+    w.write_values(body)
+    index = w.shared_memo.get(share)
+    if index is None:
+        w.out.append(TUPLE if count > 3 else TUPLES[count])
         w.shared_memo[share] = w.put()
+    else:
+        # Built meanwhile inside its own items (a tuple that refers to itself): drop the items.
+        w.out.append(POP_MARK if count > 3 else POP * count)
+        w.get(index)
 
 
 def _bytes(w: RecordWriter, body, share) -> None:
@@ -514,6 +611,19 @@ def _float(w: RecordWriter, body, share) -> None:
 
 def _dict(w: RecordWriter, body, share) -> None:
     pairs = _pairs(body, "@dict")
+    if w.open_tuples and share is None:
+        key = id(body)
+        index = w.open_nodes.get(key)
+        if index is not None:  # the copy of a tuple, inside this dict: the dict itself
+            w.get(index)
+            return
+        w.out.append(EMPTY_DICT)
+        w.open_nodes[key] = w.put()
+        try:
+            w.write_dictitems(pairs)
+        finally:
+            del w.open_nodes[key]
+        return
     w.out.append(EMPTY_DICT)
     w.created(share)
     w.write_dictitems(pairs)
@@ -768,7 +878,26 @@ def jsonb_key(key: str) -> tuple[int, bytes]:
     return len(raw), raw
 
 
-def write_record(class_meta, state, jsonb_order: bool = False, hoisted: list | None = None) -> bytes:
+def recorded_order(value: dict) -> list:
+    """The keys of a JSON object with an ORDER_KEY member in the order it records: the jsonb
+    ranks of the other keys, in the dict's own order (state_format.md §10)."""
+    ranks = value[ORDER_KEY]
+    keys = [key for key in value if key != ORDER_KEY]
+    count = len(keys)
+    if (
+        type(ranks) is not list
+        or len(ranks) != count
+        or not all(type(rank) is int for rank in ranks)
+        or sorted(ranks) != list(range(count))
+    ):
+        raise FormatError(f"{ORDER_KEY} takes the ranks 0..{count - 1} of the other keys, each once")
+    keys.sort(key=jsonb_key)
+    return [keys[rank] for rank in ranks]
+
+
+def write_record(
+    class_meta, state, jsonb_order: bool = False, hoisted: list | None = None, orders: bool = True
+) -> bytes:
     """Return the record bytes for a class (dotted name or class-metadata JSON) and state.
 
     ``class_meta`` is a "module.Class" string for the usual plain-class metadata, or the
@@ -777,9 +906,9 @@ def write_record(class_meta, state, jsonb_order: bool = False, hoisted: list | N
     gets True appended when a ``@same`` came before its ``@shared`` whose value builds objects
     and refers back into a value still being built: a load then builds them at another point
     than the original did, inside a cycle, where code run while loading may see an object half
-    built.
+    built. ``orders``: False reads format version 1, which had no ORDER_KEY member.
     """
-    writer = RecordWriter(state, jsonb_order)
+    writer = RecordWriter(state, jsonb_order, orders)
     writer.out.append(PROTO3)
     if type(class_meta) is str:
         writer.write_global(class_meta)

@@ -19,8 +19,12 @@ cdef class _Comparison:
     cdef bint ordered
     cdef dict pairs
     cdef dict back
+    cdef dict open
+    cdef dict open_back
     cdef Py_ssize_t depth
     cpdef enter(self)
     cpdef bint same(self, object a, object b) except -1
+    cpdef bint same_calls(self, Node a, Node b) except -1
+    cpdef bint same_tuples(self, tuple a, tuple b) except -1
     cpdef bint same_items(self, object a, object b) except -1
     cpdef bint same_dicts(self, dict a, dict b) except -1

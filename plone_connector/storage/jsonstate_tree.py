@@ -253,9 +253,11 @@ def same_structure(a, b, *, ordered: bool = True) -> bool:
     """Do two unpickled structures load to equal states?
 
     Stricter than ``==``: types must match (1, 1.0 and True differ), floats compare by bit
-    pattern (NaN equals the same NaN, -0.0 differs from 0.0), and mutable objects shared (or
-    recursive) in one must be shared the same way in the other. Dict items compare in order
-    unless ``ordered`` is false; then string-keyed dicts compare as mappings (JSONB's view).
+    pattern (NaN equals the same NaN, -0.0 differs from 0.0), mutable objects shared (or
+    recursive) in one must be shared the same way in the other, and so must a tuple or a value
+    call met again inside itself (a tuple that refers to itself through a list). Other repeated
+    immutable values compare by value. Dict items compare in order unless ``ordered`` is false;
+    then string-keyed dicts compare as mappings (JSONB's view).
     """
     return _Comparison(ordered).same(a, b)
 
@@ -272,6 +274,10 @@ class _Comparison:
         self.ordered = ordered
         self.pairs: dict[int, object] = {}
         self.back: dict[int, object] = {}
+        # Tuples and value calls being compared (by id, each side): met again inside themselves,
+        # the other side must be its partner.
+        self.open: dict[int, object] = {}
+        self.open_back: dict[int, object] = {}
         # Nesting of the comparison; a False answer ends it, so only True paths step back out.
         self.depth = 0
 
@@ -288,7 +294,7 @@ class _Comparison:
         if ta in _ATOMS:
             return a == b
         if ta is tuple:
-            return len(a) == len(b) and self.same_items(a, b)
+            return len(a) == len(b) and self.same_tuples(a, b)
         if ta is GlobalMeta:
             return a is b or (a.module == b.module and a.name == b.name)
         if ta is Ref:
@@ -318,16 +324,50 @@ class _Comparison:
         if ta is Node:
             if a.kind != b.kind or len(a.ops) != len(b.ops):
                 return False
-            self.enter()
-            if not (self.same(a.func, b.func) and self.same(a.args, b.args)):
-                return False
-            for (ka, va), (kb, vb) in zip(a.ops, b.ops, strict=True):
-                if ka != kb or not self.same(_op_value(ka, va), _op_value(kb, vb)):
+            if a.is_value():
+                partner = self.open.get(id(a))
+                if partner is not None:
+                    return partner is b
+                if id(b) in self.open_back:
                     return False
-            self.depth -= 1
-            return True
+                self.open[id(a)] = b
+                self.open_back[id(b)] = a
+                if not self.same_calls(a, b):
+                    return False
+                del self.open[id(a)]
+                del self.open_back[id(b)]
+                return True
+            return self.same_calls(a, b)
         # Anything else (sets, bytearrays of newer protocols) is not part of the format.
         return False
+
+    def same_calls(self, a: Node, b: Node) -> bool:
+        self.enter()
+        if not (self.same(a.func, b.func) and self.same(a.args, b.args)):
+            return False
+        for (ka, va), (kb, vb) in zip(a.ops, b.ops, strict=True):
+            if ka != kb or not self.same(_op_value(ka, va), _op_value(kb, vb)):
+                return False
+        self.depth -= 1
+        return True
+
+    def same_tuples(self, a: tuple, b: tuple) -> bool:
+        """Tuples of equal length: items alike, and a tuple met inside itself on one side is
+        met inside itself on the other (the same partner)."""
+        if not a:
+            return True
+        partner = self.open.get(id(a))
+        if partner is not None:
+            return partner is b
+        if id(b) in self.open_back:
+            return False
+        self.open[id(a)] = b
+        self.open_back[id(b)] = a
+        if not self.same_items(a, b):
+            return False
+        del self.open[id(a)]
+        del self.open_back[id(b)]
+        return True
 
     def same_items(self, a, b) -> bool:
         self.enter()
@@ -340,7 +380,7 @@ class _Comparison:
             elif tx is GlobalMeta and x is y:
                 continue
             elif tx is tuple:
-                if type(y) is not tuple or len(x) != len(y) or not self.same_items(x, y):
+                if type(y) is not tuple or len(x) != len(y) or not self.same_tuples(x, y):
                     return False
             elif not same(x, y):
                 return False
@@ -369,7 +409,7 @@ class _Comparison:
                 if type(vb) is not tv or va != vb:
                     return False
             elif tv is tuple:
-                if type(vb) is not tuple or len(va) != len(vb) or not self.same_items(va, vb):
+                if type(vb) is not tuple or len(va) != len(vb) or not self.same_tuples(va, vb):
                     return False
             elif tv is GlobalMeta and va is vb:
                 continue

@@ -9,9 +9,14 @@ can share a database with the catalog service (which owns ``catalog_*``), except
 
 from __future__ import annotations
 
+import json
+import logging
+
 import psycopg
 
 from plone_connector.storage import jsonstate
+
+log = logging.getLogger(__name__)
 
 # Arbitrary but fixed: the advisory lock key of this storage's migrations ("zodb" in ASCII).
 MIGRATION_LOCK = 0x7A6F6462
@@ -184,8 +189,51 @@ def migrate(conn: psycopg.Connection, history_preserving: bool, *, read_only: bo
             raise SchemaError(f"database schema version {newest} is newer than this code ({LATEST})")
         written = _check_mode_and_format(conn, history_preserving)
         if written < jsonstate.FORMAT_VERSION:
+            # Under the commit lock (the zodb_commit row), so no commit of this code lands
+            # between the rewrite and the new version.
+            conn.execute("select 1 from zodb_commit for update")
+            if written < 2:
+                rewrite_version_1_orders(conn)
             conn.execute("update zodb_commit set state_format = %s", (jsonstate.FORMAT_VERSION,))
     return LATEST
+
+
+# Rows whose JSON holds this text may have an object that version 1 read as a dict with a key
+# "@order"; jsonb prints the key exactly so (ASCII, nothing to escape).
+_ORDER_CANDIDATES = """
+    select zoid, tid, class_name, state::text from {table}
+    where exact is null and state is not null and strpos(state::text, '"@order"') > 0
+"""
+
+
+def rewrite_version_1_orders(conn: psycopg.Connection) -> int:
+    """Format 1 -> 2: version 2 reads an object member "@order" as the dict's key order, which
+    version 1 wrote as an ordinary key. Rows that a version 2 reader would read otherwise than
+    version 1 did (a user dict with that key) are written again from the record version 1 reads,
+    in version 2 (the key then goes into "@dict" pairs). Every other row means the same in both
+    versions and is left alone. Returns the number of rows rewritten."""
+    rewritten = 0
+    for table in ("zodb_object_state", "zodb_object_history"):
+        if conn.execute("select to_regclass(%s)", (table,)).fetchone()[0] is None:
+            continue
+        for zoid, tid, class_name, text in conn.execute(_ORDER_CANDIDATES.format(table=table)).fetchall():
+            state = json.loads(text)
+            old = jsonstate.decode_record(class_name, state, jsonb_order=True, version=1)
+            try:
+                same = jsonstate.decode_record(class_name, state, jsonb_order=True) == old
+            except jsonstate.TranscodeError:
+                same = False
+            if same:
+                continue
+            encoded = jsonstate.encode_record(old)
+            conn.execute(
+                f"update {table} set class_name = %s, state = %s::jsonb, exact = %s where zoid = %s and tid = %s",
+                (encoded.class_name, jsonstate.json_dumps(encoded.state), encoded.exact, zoid, tid),
+            )
+            rewritten += 1
+    if rewritten:
+        log.info("state format 1 -> 2: %d rows with a dict key '@order' written again", rewritten)
+    return rewritten
 
 
 def _check_read_only(conn: psycopg.Connection, history_preserving: bool) -> int:

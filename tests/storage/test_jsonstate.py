@@ -372,7 +372,11 @@ SHAPES = [
     ([1, [2]], [1, [2]]),
     ({"a": 1}, {"a": 1}),
     ({"@t": 1}, {"@dict": [["@t", 1]]}),
-    ({"@t": 1, "b": 2}, {"@t": 1, "b": 2}),
+    ({"b": 2, "@t": 1}, {"b": 2, "@t": 1}),
+    # Format version 2: keys out of jsonb's order (length, then bytes) record their ranks.
+    ({"@t": 1, "b": 2}, {"@t": 1, "b": 2, "@order": [1, 0]}),
+    ({"b": 1, "a": 2, "c": 3, "0": 4}, {"b": 1, "a": 2, "c": 3, "0": 4, "@order": [2, 1, 3, 0]}),
+    ({"@order": 1, "a": 2}, {"@dict": [["@order", 1], ["a", 2]]}),
     ({1: "x", (2, 3): "y"}, {"@dict": [[1, "x"], [{"@t": [2, 3]}, "y"]]}),
     ({"a\x00": 1}, {"@dict": [[{"@s": ["a", 0]}, 1]]}),
     ({3, 1}, {"@set": [1, 3]}),
@@ -427,8 +431,8 @@ def test_use_before_definition_after_jsonb_reordering():
     data = db.storage.load(holder._p_oid)[0]
     encoded = encode_record(data)
     inner = encoded.state["value"]
-    assert inner == {"zz": {"@shared": {"id": 1, "value": [1]}}, "b": {"@same": 1}}
-    reordered = {"value": {"b": inner["b"], "zz": inner["zz"]}}
+    assert inner == {"zz": {"@shared": {"id": 1, "value": [1]}}, "b": {"@same": 1}, "@order": [1, 0]}
+    reordered = {"value": {"b": inner["b"], "zz": inner["zz"]}}  # no order record: jsonb's order
     rebuilt = decode_record(encoded.class_name, reordered)
     state = db.open()._reader.getState(rebuilt)
     assert state["value"]["b"] is state["value"]["zz"] and state["value"]["b"] == [1]
@@ -630,7 +634,7 @@ def test_json_dumps_refuses_nan():
 
 
 def test_format_version():
-    assert FORMAT_VERSION == 1
+    assert FORMAT_VERSION == 2
 
 
 def test_dumps_is_compact_text():
