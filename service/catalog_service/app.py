@@ -39,7 +39,7 @@ async def _resolver(app: FastAPI) -> None:
         try:
             async with app.state.db.acquire() as conn:
                 for catalog, batch_id, outcome in await resolve_expired(
-                        conn, settings.staged_batch_ttl, settings.staged_batch_abandon_ttl):
+                        conn, settings.staged_batch_ttl, settings.staged_batch_abandon_ttl, batches.bulk_of(settings)):
                     RESOLVED.labels(outcome).inc()
                     log.warning("resolved expired batch %s of %s: %s", batch_id, catalog, outcome)
         except Exception:
@@ -151,7 +151,10 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        batch = scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/batches")
+        path = scope["path"].rstrip("/")
+        # Index batches, and appends to them (a rebuild's chunks of a thousand entries).
+        batch = scope["method"] == "POST" and (path.endswith("/batches") or (
+            path.endswith("/append") and "/batches/" in path))
         limit = self.settings.max_batch_body_size if batch else self.settings.max_body_size
         detail = f"request body larger than {limit} bytes"
         length = dict(scope["headers"]).get(b"content-length")

@@ -238,3 +238,65 @@ def test_an_append_and_a_commit_of_one_batch_are_ordered(db):
         assert sorted(r["uid"] for r in await first.fetch(f"select uid from {catalog.table}")) == ["b", "c"]
 
     _two(db, scenario)
+
+
+def test_a_large_clear_batch_commits_with_its_indexes_built_again(db):
+    """A rebuild streams its entries in appends, each within the per-request limit, and commits
+    them as one clear batch (docs/decisions/0017). From Bulk.entries on, the commit drops the
+    catalog's secondary indexes and builds them again: the catalog ends with every index, valid,
+    and the same content and text statistics as the same batch committed with its indexes in
+    place."""
+    rnd = random.Random(17)
+    entries = [_index(f"u{n}", rnd) for n in range(60)]
+    base = [_index(f"u{n}", random.Random(n), version=1) for n in range(0, 80, 2)]
+
+    async def work(conn):
+        from catalog_service.store.catalogs import missing_indexes, secondary_indexes
+
+        bulk = await _catalog(conn, "bulk-commit", **INDEXES)
+        plain = await _catalog(conn, "plain-commit", **INDEXES)
+        for catalog in (bulk, plain):
+            await _stage(conn, catalog, "base", base)
+            await _commit(conn, catalog, "base")
+            await _stage(conn, catalog, "rebuild", entries[:20], clear=True)
+            for start in (20, 40):
+                await _append(conn, catalog, "rebuild", entries[start:start + 20], max_entries=60)
+        async with conn.transaction():
+            result = await batches.commit(conn, bulk, "rebuild", bulk=batches.Bulk(entries=50, memory="8MB"))
+        plain_result = await _commit(conn, plain, "rebuild")
+        assert (result.applied, result.skipped_stale) == (plain_result.applied, plain_result.skipped_stale) == (60, 0)
+        assert await missing_indexes(conn, bulk) == []
+        assert len(secondary_indexes(bulk)) > 2
+        assert await _content(conn, bulk) == await _content(conn, plain)
+
+    run(db, work)
+
+
+def test_a_bulk_commit_that_fails_keeps_the_indexes(db, monkeypatch):
+    """The indexes are dropped inside the commit's transaction: a commit that fails leaves them."""
+    rnd = random.Random(18)
+    dropped = []
+
+    async def failing_build(conn, catalog, statements, bulk):
+        from catalog_service.store.catalogs import missing_indexes
+
+        dropped.extend(await missing_indexes(conn, catalog))
+        raise RuntimeError("the build fails")
+
+    monkeypatch.setattr(batches, "_bulk_build", failing_build)
+
+    async def work(conn):
+        from catalog_service.store.catalogs import missing_indexes
+
+        catalog = await _catalog(conn, "bulk-fails", **INDEXES)
+        await _stage(conn, catalog, "rebuild", [_index(f"u{n}", rnd) for n in range(10)], clear=True)
+        with pytest.raises(RuntimeError):
+            async with conn.transaction():
+                await batches.commit(conn, catalog, "rebuild", bulk=batches.Bulk(entries=5))
+        assert len(dropped) > 2  # they were dropped inside the commit
+        assert await missing_indexes(conn, catalog) == []
+        assert await conn.fetchval("select state from catalog_batch where catalog_id = $1 and batch_id = $2",
+                                   catalog.id, "rebuild") == "staged"
+        assert await conn.fetchval(f"select count(*) from {catalog.table}") == 0
+
+    run(db, work)

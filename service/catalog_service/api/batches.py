@@ -28,6 +28,10 @@ async def with_lsn(db, result: BatchResult) -> BatchResult:
     return result
 
 
+def bulk_of(settings) -> batches.Bulk:
+    return batches.Bulk(settings.bulk_commit_entries, settings.bulk_statement_timeout, settings.index_build_memory)
+
+
 def _answer(result: BatchResult) -> Response:
     return Response(result.model_dump_json(), media_type="application/json")
 
@@ -75,7 +79,7 @@ async def append_batch(name: str, batch_id: str, request: Request):
         changes = await _converted(catalog, body, state.settings.max_batch_entries)
         BATCH_ENTRIES.labels(name, "staged").inc(len(changes))
         async with conn.transaction():
-            await batches.append(conn, catalog, batch_id, changes, state.settings.max_batch_entries)
+            await batches.append(conn, catalog, batch_id, changes, state.settings.max_staged_entries)
     return _answer(BatchResult(batch_id=batch_id, state="staged", applied=0, counter=counter))
 
 
@@ -104,7 +108,7 @@ async def _settle(request: Request, name: str, batch_id: str, outcome: str) -> R
         catalog, _ = await _writable(conn, request, name)
         async with conn.transaction():
             if outcome == "committed":
-                result = await batches.commit(conn, catalog, batch_id)
+                result = await batches.commit(conn, catalog, batch_id, bulk=bulk_of(request.app.state.settings))
             else:
                 result = await batches.abort(conn, catalog, batch_id)
     BATCHES.labels(name, outcome).inc()

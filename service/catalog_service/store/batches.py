@@ -12,6 +12,8 @@ step idempotent; per-object versions make an older change lose against a newer o
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +29,9 @@ from ..indexes.base import check_key_size
 from ..indexes.path import ExtendedPathIndex, components, normalise, parent_of
 from ..indexes.text import CELLS_SUFFIX
 from ..text.cells import cell_labels
-from .catalogs import TEXT_TABLES, Catalog, lock_writes
+from .catalogs import TEXT_TABLES, Catalog, lock_writes, secondary_indexes
+
+log = logging.getLogger("catalog_service")
 
 
 @dataclass
@@ -444,11 +448,27 @@ async def _count_text(conn: asyncpg.Connection, catalog: Catalog) -> None:
             f"count(*) {words} group by 2, 3, 4, 5", cat, cell_names)
 
 
+@dataclass(frozen=True)
+class Bulk:
+    """How a large batch commits (Settings.bulk_commit_entries, docs/decisions/0017): from
+    ``entries`` entries on (0: never), its statements may run ``statement_timeout`` seconds (0: no
+    limit), and a clear batch drops the catalog's secondary indexes and builds them again at the
+    end, with ``memory`` as maintenance_work_mem."""
+
+    entries: int = 0
+    statement_timeout: float = 3600.0
+    memory: str = "512MB"
+
+    def applies(self, entries: int) -> bool:
+        return 0 < self.entries <= entries
+
+
 async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows: str = STAGED,
-                 profile: StagedProfile | None = None, *, locked: bool = False) -> BatchResult:
+                 profile: StagedProfile | None = None, *, locked: bool = False, bulk: Bulk | None = None) -> BatchResult:
     """Apply a staged batch (its rows in ``rows``); must run inside a transaction. ``profile``:
     the rows' text profile when they were staged in this transaction (else the batch's own).
-    ``locked``: the transaction holds the catalog's write lock already (as its staging took it)."""
+    ``locked``: the transaction holds the catalog's write lock already (as its staging took it).
+    ``bulk``: how a large batch commits (Bulk)."""
     batch = await _lock_batch(conn, catalog, batch_id, locked=locked)
     state = None if batch is None else batch["state"]
     if state is None:
@@ -465,6 +485,7 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     table = catalog.table
     cat, bid = catalog.id, batch_id
     staged = f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2"
+    rebuilt = await _bulk_begin(conn, catalog, batch, bulk)
     # Commits of one catalog run side by side (docs/decisions/0009): each claims its objects, and
     # the counter row, whose lock orders them, is taken last. A clear runs alone.
     if not batch["clear"]:
@@ -478,7 +499,7 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     text_indexes = catalog.text_indexes
     if text_indexes:
         before = await _text_profile(conn, catalog, bid, text_indexes, rows)
-    removed = await conn.fetch(
+    removed = await _count(conn,
         f"delete from {table} t using {rows} s where s.catalog_id = $1 and s.batch_id = $2 "
         f"and s.op = 'unindex' and t.catalog_id = $1 and t.uid = s.uid and t.version <= s.version returning t.uid",
         cat, bid)
@@ -490,7 +511,7 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     unindexes = int(tombstones.rsplit(" ", 1)[1])
     fresh = ("s.op = 'index' and not exists (select 1 from catalog_tombstone tb where tb.catalog_id = $1 "
              "and tb.uid = s.uid and tb.version > s.version)")
-    full = await conn.fetch(
+    full = await _count(conn,
         f"insert into {table} as t (catalog_id, rid, uid, path, parent, depth, allowed, idx, text, meta, version) "
         f"select $1, s.rid, s.uid, s.path, s.parent, s.depth, coalesce(s.allowed, catalog_allowed(s.idx)), "
         f"s.idx, s.text, s.meta, s.version "
@@ -499,14 +520,14 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
         f"depth = excluded.depth, allowed = excluded.allowed, idx = excluded.idx, text = excluded.text, "
         f"meta = excluded.meta, "
         f"version = excluded.version where t.version <= excluded.version returning t.uid", cat, bid)
-    partial = await conn.fetch(
+    partial = await _count(conn,
         f"update {table} t set path = s.path, parent = s.parent, depth = s.depth, "
         f"idx = (t.idx - s.idxs) || s.delta_idx, allowed = catalog_allowed((t.idx - s.idxs) || s.delta_idx), "
         f"text = (t.text - s.idxs) || s.delta_text, "
         f"meta = t.meta || s.delta_meta, version = s.version "
         f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2 and s.idxs is not null "
         f"and {fresh} and t.catalog_id = $1 and t.uid = s.uid and t.version <= s.version returning t.uid", cat, bid)
-    new_partial = await conn.fetch(
+    new_partial = await _count(conn,
         f"insert into {table} (catalog_id, rid, uid, path, parent, depth, allowed, idx, text, meta, version) "
         f"select $1, s.rid, s.uid, s.path, s.parent, s.depth, catalog_allowed(s.delta_idx), s.delta_idx, "
         f"s.delta_text, s.delta_meta, s.version {staged} and s.idxs is not null and {fresh} "
@@ -514,7 +535,7 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
         f"on conflict do nothing returning uid", cat, bid)
     entries = batch["entries"]
     if text_indexes:
-        applied_all = len(removed) + len(full) + len(partial) + len(new_partial) == entries
+        applied_all = removed + full + partial + new_partial == entries
         after = None
         if not before[0] and applied_all and not partial and not new_partial:
             # New objects only, all applied in full: the rows are exactly as staged. (A partial
@@ -523,9 +544,9 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
         if after is None:
             after = await _text_profile(conn, catalog, bid, text_indexes, rows)
         await _apply_text_delta(conn, cat, before, after)
-    applied = len(removed) + len(full) + len(partial) + len(new_partial)
+    applied = removed + full + partial + new_partial
     # An unindex of an object that is not there is not stale, just empty.
-    skipped = max(0, entries - applied - (unindexes - len(removed)))
+    skipped = max(0, entries - applied - (unindexes - removed))
     if not batch["clear"]:
         # Gone when this transaction commits (or aborts): the objects are free for the next.
         # By key (an index scan whatever the table's statistics say: a join planned from stale
@@ -536,9 +557,47 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
         f"with done as (delete from {rows} where catalog_id = $1 and batch_id = $2) "
         f"update catalog_batch set state = 'committed', applied = $3, skipped = $4, finished = now() "
         f"where catalog_id = $1 and batch_id = $2", cat, bid, applied, skipped)
+    if rebuilt:
+        await _bulk_build(conn, catalog, rebuilt, bulk)
     # Last: the counter row's lock orders the commits of a catalog, and is held only to the end.
     counter = await conn.fetchval("update catalog set counter = counter + 1 where id = $1 returning counter", cat)
     return BatchResult(batch_id=batch_id, state="committed", applied=applied, skipped_stale=skipped, counter=counter)
+
+
+async def _count(conn: asyncpg.Connection, statement: str, *args) -> int:
+    """The rows a writing statement ending in ``returning`` wrote, counted in the database: a
+    rebuild's commit writes hundreds of thousands, which the service need not hold."""
+    return await conn.fetchval(f"with written as ({statement}) select count(*) from written", *args)
+
+
+async def _bulk_begin(conn: asyncpg.Connection, catalog: Catalog, batch, bulk: Bulk | None) -> list[str]:
+    """For a large batch: lift the statement timeout for this transaction; for a large clear batch,
+    drop the catalog's secondary indexes too (inside this transaction: an abort brings them
+    back) and return their create statements, built again by ``_bulk_build``. The drop takes the
+    partition's ACCESS EXCLUSIVE lock, so queries of the catalog wait for this commit
+    (docs/decisions/0017): the price of loading without some thirty index updates per row."""
+    if bulk is None or not bulk.applies(batch["entries"]):
+        return []
+    await conn.execute(f"set local statement_timeout = {int(bulk.statement_timeout * 1000)}")
+    if not batch["clear"]:
+        return []
+    statements = []
+    for _, name, statement in secondary_indexes(catalog):
+        await conn.execute(f"drop index if exists {name}")
+        statements.append(statement)
+    return statements
+
+
+async def _bulk_build(conn: asyncpg.Connection, catalog: Catalog, statements: list[str], bulk: Bulk) -> None:
+    """Build the indexes ``_bulk_begin`` dropped, over the loaded partition, then ANALYZE it (the
+    planner's statistics of a rebuilt catalog are those of its new rows)."""
+    began = time.monotonic()
+    await conn.execute(f"set local maintenance_work_mem = '{bulk.memory}'")
+    for statement in statements:
+        await conn.execute(statement)
+    await conn.execute(f"analyze {catalog.table}")
+    log.info("catalog %s: %d indexes built again after a bulk commit in %.1f s", catalog.name, len(statements),
+             time.monotonic() - began)
 
 
 async def compare(conn: asyncpg.Connection, catalog: Catalog, changes: list[Change]) -> dict[str, dict]:
@@ -771,8 +830,8 @@ async def abort(conn: asyncpg.Connection, catalog: Catalog, batch_id: str) -> Ba
     return BatchResult(batch_id=batch_id, state="aborted", applied=0, counter=counter)
 
 
-async def resolve_expired(conn: asyncpg.Connection, ttl_seconds: float,
-                          abandon_seconds: float | None = None) -> list[tuple[str, str, str]]:
+async def resolve_expired(conn: asyncpg.Connection, ttl_seconds: float, abandon_seconds: float | None = None,
+                          bulk: Bulk | None = None) -> list[tuple[str, str, str]]:
     """Resolve staged batches older than the ttl from catalog_txn_outcome: commit those whose ZODB
     transaction committed (the storage recorded the batch id), abort the others.
 
@@ -797,7 +856,7 @@ async def resolve_expired(conn: asyncpg.Connection, ttl_seconds: float,
                 continue
             recorded = await conn.fetchval("select 1 from catalog_txn_outcome where batch_id = $1", row["batch_id"])
             if recorded:
-                await commit(conn, catalog, row["batch_id"])
+                await commit(conn, catalog, row["batch_id"], bulk=bulk)
                 outcomes.append((catalog.name, row["batch_id"], "committed"))
             elif not row["client_resolves"] or row["abandoned"]:
                 await abort(conn, catalog, row["batch_id"])
