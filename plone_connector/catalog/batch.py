@@ -38,7 +38,7 @@ from catalog_schemas.api import Batch, BatchAppend, IndexDeclaration, SchemaUpda
 
 from . import client as client_module
 from .committed import batch_watch
-from .errors import CatalogServiceError, ServiceRejected, ServiceUnavailable
+from .errors import CatalogServiceError, ServiceRejected, ServiceUnavailable, StreamedBatchRollback
 from .outcomes import fresh_object
 
 logger = logging.getLogger("plone_connector.catalog")
@@ -57,9 +57,19 @@ _unsent_schemas: dict[str, _UnsentSchema] = {}
 
 
 def _commit(client, catalog_id: str, batch_id: str, batch: PendingBatch | None = None) -> None:
+    streamed = batch is not None and batch.streamed
     try:
-        client.commit_batch(catalog_id, batch_id)
+        if streamed:
+            # Applied whole by the service (a rebuild's indexes built again): more than a query's time.
+            client.commit_batch(catalog_id, batch_id, timeout=client.settings.bulk_timeout)
+        else:
+            client.commit_batch(catalog_id, batch_id)
     except ServiceRejected as exc:
+        if exc.status == 409 and streamed:
+            logger.error("catalog batch %s, sent ahead in chunks, was aborted by a resolver after ZODB committed "
+                         "its transaction, and only the service had its entries: rebuild the catalog "
+                         "(clearFindAndRebuild) or run verify --repair", batch_id)
+            return
         if exc.status == 409 and batch is not None:
             _apply_again(client, catalog_id, batch_id, batch.to_model())
             return
@@ -74,7 +84,8 @@ def _commit(client, catalog_id: str, batch_id: str, batch: PendingBatch | None =
 def _keep_unfinished(catalog_id: str, batch_id: str, batch: PendingBatch | None) -> None:
     # A copy of the batch (the transaction's abort after its commit empties it): a resolver may
     # abort the staged batch before the retry commits it, which then applies it again.
-    model = batch.to_model() if batch is not None else None
+    # (Not a batch sent ahead in chunks: the service alone holds most of its entries.)
+    model = batch.to_model() if batch is not None and not batch.streamed else None
     with _unfinished_lock:
         _unfinished.append((catalog_id, batch_id))
         if model is not None:
@@ -123,9 +134,55 @@ class PendingBatch:
         self._copy_clear = False
         # Uids whose entries may differ from the staged copy's.
         self._changed: set[str] = set()
+        # A large batch is sent ahead in chunks (``release``): the uids whose entries only the
+        # staged copy holds now, each with its kind ("f" full, "p" partial, "u" unindex); the
+        # paths above their paths (``mentions``); how many chunks went ahead.
+        self.flushed: dict[str, str] = {}
+        self._flushed_above: set[str] = set()
+        self._flushed_digests = False
+        self.chunks = 0
 
     def __bool__(self) -> bool:
-        return bool(self.entries) or self.clear
+        return bool(self.entries) or self.clear or bool(self.flushed)
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the staged copy holds entries this batch no longer has (sent ahead in chunks)."""
+        return bool(self.flushed)
+
+    def release(self) -> int:
+        """Drop the entries the staged copy holds (it is up to date: nothing changed since the
+        staging landed), keeping only their uids and kinds: a rebuild's memory stays bounded by
+        the chunk, not the site. Returns the number released."""
+        if self._changed or self.dirty or self._copy is None:
+            return 0  # the staged copy is not known to hold them all
+        for uid, entry in self.entries.items():
+            kind = "u" if entry["op"] == "unindex" else "p" if "idxs" in entry else "f"
+            self.flushed[uid] = kind
+            path = entry.get("path") or uid
+            if path.startswith("sha256:") or not path.startswith("/"):
+                self._flushed_digests = True
+                continue
+            parent = path.rpartition("/")[0]
+            while parent and parent not in self._flushed_above:
+                self._flushed_above.add(parent)
+                parent = parent.rpartition("/")[0]
+        released = len(self.entries)
+        self.entries = {}
+        self._copy = {}
+        self.chunks += 1
+        return released
+
+    def mentions(self, path: str) -> bool:
+        """Whether the batch has an entry at or under ``path`` (a digested uid: maybe)."""
+        if self._flushed_digests or path in self.flushed or path in self._flushed_above:
+            return True
+        prefix = path + "/"
+        for entry in self.entries.values():
+            entry_path = entry.get("path") or entry["uid"]
+            if entry_path.startswith("sha256:") or entry_path == path or entry_path.startswith(prefix):
+                return True
+        return False
 
     def index(self, uid: str, path: str, values: dict, metadata: dict | None, idxs: list[str] | None):
         previous = self.entries.get(uid)
@@ -158,6 +215,10 @@ class PendingBatch:
     def clear_all(self):
         self._changed.update(self.entries)  # gone from the batch: the next staging sends it whole
         self.entries.clear()
+        # What was sent ahead goes too: the whole staging of the clear replaces the staged copy.
+        self.flushed.clear()
+        self._flushed_above.clear()
+        self._flushed_digests = False
         self.clear = True
         self.dirty = True
 
@@ -169,10 +230,18 @@ class PendingBatch:
         return (
             {uid: _copy_entry(e) for uid, e in self.entries.items()},
             self.clear,
+            self.chunks,
         )
 
     def restore(self, state):
-        entries, clear = state
+        entries, clear, chunks = state
+        if self.streamed and (chunks != self.chunks or any(uid not in entries for uid in self._copy or ())):
+            # The staged copy holds entries sent ahead since the savepoint, and an append cannot
+            # take an entry back; the batch can no longer be what the rollback asks, so the
+            # transaction fails (rolling back the ZODB changes alone would leave their entries).
+            raise StreamedBatchRollback(
+                f"catalog batch {self.batch_id} sent entries to the service ahead (in chunks) since "
+                f"this savepoint, which a rollback cannot take back")
         self._changed.update(self.entries)
         self._changed.update(self._copy or ())
         self.entries = {uid: _copy_entry(e) for uid, e in entries.items()}
@@ -191,11 +260,17 @@ class PendingBatch:
             entries = self.entries
             return Staging(self, {uid: _copy_entry(entries[uid]) for uid in sorted(changed)
                                   if uid in entries and copy.get(uid) != entries[uid]}, whole=False)
+        if self.streamed:
+            raise StreamedBatchRollback(  # (restore and failed() keep this from happening)
+                f"catalog batch {self.batch_id} sent entries ahead that it cannot stage whole again")
         return Staging(self, {uid: _copy_entry(e) for uid, e in self.entries.items()}, whole=True)
 
     def _forget_copy(self) -> None:
         self._copy = None
         self._changed.clear()
+        self.flushed.clear()
+        self._flushed_above.clear()
+        self._flushed_digests = False
 
 
 class Staging:
@@ -234,9 +309,16 @@ class Staging:
             batch._copy.update(self.entries)
 
     def failed(self) -> None:
+        batch = self.batch
+        batch.dirty = True
+        if batch.streamed and not self.whole:
+            # An append is one database transaction (applied or not) and sending it again leaves
+            # the same rows: send these entries again rather than the whole batch, which this
+            # process no longer has.
+            batch._changed.update(self.entries)
+            return
         # The service may hold the old copy, the new one or none: send the whole batch next time.
-        self.batch._copy = None
-        self.batch.dirty = True
+        batch._copy = None
 
 
 def _without_values(entry: dict, names: frozenset[str]) -> dict:
@@ -328,6 +410,19 @@ class BatchDataManager:
             staging.landed()
         self.batch.dirty = False
 
+    def stream(self) -> None:
+        """Send the batch ahead once it holds ``chunk_entries`` entries (stage it, then append),
+        and drop what was sent: a rebuild or an import of a large site keeps at most a chunk of
+        entries in memory, and the service gets requests it accepts (CATALOG_MAX_BATCH_ENTRIES is
+        per request). The batch stays one staged batch, committed at tpc_finish, so other
+        transactions see the catalog change at once, as ZCatalog's (docs/decisions/0017)."""
+        limit = self.client.settings.chunk_entries
+        batch = self.batch
+        if not limit or len(batch.entries) < limit:
+            return
+        self.stage()
+        batch.release()
+
     def _unconverted(self) -> frozenset[str]:
         """Indexes this transaction replaces (removed and added again, cleared) that the service
         still declares the old way until ZODB commits (the additions before the commit may not
@@ -402,6 +497,12 @@ class BatchDataManager:
         committed (the staged copy was converted under the one before: values of a removed index
         it still had, of a changed index in its old form)."""
         batch = self.batch
+        if batch.streamed:
+            logger.error("catalog batch %s was sent ahead in chunks and cannot be staged again after the schema "
+                         "change of its transaction; committed as staged (reindex the changed indexes, or run "
+                         "verify --repair)", batch.batch_id)
+            _keep_schema(batch.catalog_id, update, _last_tid(self._schema_tool))
+            return
         try:
             self.client.stage_batch(batch.catalog_id, batch.to_model())
         except Exception:
@@ -483,7 +584,7 @@ class BatchDataManager:
         # From here on the batch is never ours to abort (the transaction calls abort() on every
         # resource again after its after-commit hooks ran).
         batch.staged = False
-        if stage_again and batch.entries:
+        if stage_again and (batch.entries or batch.streamed):
             self._stage_again(schema)
         # Not in the background: when the commit returns, every later query sees the batch, also
         # one that another program sends to the service (read-your-writes, docs/connector.md).

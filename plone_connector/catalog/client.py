@@ -129,6 +129,7 @@ class CatalogClient:
         params: dict | None = None,
         headers: dict | None = None,
         idempotent: bool = True,
+        timeout: float | None = None,
     ) -> Any:
         settle()
         content = None
@@ -137,7 +138,8 @@ class CatalogClient:
             content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
             send_headers["Content-Type"] = "application/json"
         attempts = max(1, self.settings.retries) if idempotent else 1
-        deadline = time.monotonic() + self.settings.timeout
+        timeout = self.settings.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         last_error: Exception | None = None
         for attempt in range(attempts):
             if attempt:
@@ -170,7 +172,7 @@ class CatalogClient:
         if isinstance(last_error, httpx.TimeoutException):
             raise ServiceTimeout(
                 f"The catalog service at {self.settings.url} did not answer {method} {path} "
-                f"within {self.settings.timeout:g} s"
+                f"within {timeout:g} s"
             ) from last_error
         raise ServiceUnavailable(
             f"The catalog service at {self.settings.url} is not reachable: {last_error}"
@@ -219,8 +221,9 @@ class CatalogClient:
         )
         return BatchResult.model_validate(data)
 
-    def commit_batch(self, catalog_id: str, batch_id: str) -> BatchResult:
-        data = self._send("POST", self._catalog_path(catalog_id, "batches", batch_id, "commit"))
+    def commit_batch(self, catalog_id: str, batch_id: str, timeout: float | None = None) -> BatchResult:
+        """``timeout``: seconds instead of the settings' (a batch sent ahead in chunks: a rebuild)."""
+        data = self._send("POST", self._catalog_path(catalog_id, "batches", batch_id, "commit"), timeout=timeout)
         return BatchResult.model_validate(data)
 
     def abort_batch(self, catalog_id: str, batch_id: str) -> None:

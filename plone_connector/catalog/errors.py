@@ -30,6 +30,12 @@ class CatalogNotFound(ServiceRejected):
     """The site's catalog does not exist in the service."""
 
 
+class StreamedBatchRollback(Exception):
+    """A savepoint rollback asked to take back catalog entries that a large transaction (a rebuild)
+    had already sent ahead to the service in chunks (docs/decisions/0017): an append cannot take
+    an entry back, so the rollback fails, and with it the transaction (it cannot commit)."""
+
+
 class UnmergedResultsUnsupported(NotImplementedError):
     """``search(..., merge=0)`` or ``searchResults(_merge=False)`` of a sorted or relevance-ranked
     query: ZCatalog then answers its raw result records, (sort key or score, rid,

@@ -25,6 +25,12 @@ class ConnectorSettings:
     # CATALOG_STAGED_BATCH_ABANDON_TTL once a process declared that the connector resolves them).
     resolve_after: float = 900.0
     resolve_interval: float = 60.0
+    # A transaction's batch is sent ahead in appends of this many entries once it holds that many
+    # (a rebuild, an import), and the entries sent are dropped here (0: never; docs/decisions/0017).
+    chunk_entries: int = 1000
+    # Seconds for the commit of a batch sent ahead so (the service applies it whole, and builds
+    # the catalog's indexes again after a large rebuild).
+    bulk_timeout: float = 3600.0
 
     @classmethod
     def from_environ(cls, environ=None) -> ConnectorSettings:
@@ -40,4 +46,6 @@ class ConnectorSettings:
             cache_size=int(env.get("CATALOG_SERVICE_CACHE_SIZE", "2000")),
             resolve_after=float(env.get("CATALOG_SERVICE_RESOLVE_AFTER", "900")),
             resolve_interval=float(env.get("CATALOG_SERVICE_RESOLVE_INTERVAL", "60")),
+            chunk_entries=int(env.get("CATALOG_SERVICE_CHUNK_ENTRIES", "1000")),
+            bulk_timeout=float(env.get("CATALOG_SERVICE_BULK_TIMEOUT", "3600")),
         )

@@ -118,6 +118,7 @@ def install_service_catalog(portal, catalog_id: str | None = None) -> ServiceCat
         return current
     value_types = _value_types(current)
     old = aq_base(current)
+    expected = len(old._catalog)  # the rebuild's estimate of its objects, for its progress
     tool = ServiceCatalogTool()
     tool.service_catalog_id = catalog_id or os.environ.get("CATALOG_SERVICE_CATALOG_ID") or portal.getId()
     tool._service_value_types = value_types
@@ -129,8 +130,9 @@ def install_service_catalog(portal, catalog_id: str | None = None) -> ServiceCat
     _keep_counter(old, tool)
     _set_toolset(portal, SERVICE_TOOL_CLASS)
     ensure_service_catalog(tool, value_types)
-    # One batch (clear + every object) in this transaction: the site's catalog appears at commit.
-    tool.clearFindAndRebuild()
+    # One batch (clear + every object) in this transaction, sent ahead in chunks on a large site:
+    # the site's catalog appears at commit.
+    tool._clear_find_and_rebuild(expected=expected)
     return tool
 
 

@@ -38,7 +38,7 @@ from ZPublisher import zpublish
 
 from catalog_schemas.api import SchemaUpdate, SearchRequest
 
-from . import ordering, outcomes, wire
+from . import ordering, outcomes, progress, wire
 from .batch import current_manager, retry_unfinished
 from .brains import BrainRecord, CatalogBrain, LazyResults
 from .cache import query_cache, transaction_memo
@@ -58,6 +58,8 @@ _RID_PATHS = object()
 SORT_KEYS = ("sort_on", "sort_order")
 BATCH_KEYS = ("b_start", "b_size", "sort_limit")
 MAX_UID_LENGTH = 200
+# Paths per request when a rebuild lists the catalog's entries (the service's b_size limit: 5000).
+PATH_PAGE = 5000
 # Slots of the uid claims (``ServiceCatalogTool._claim``): two transactions at once that change
 # entries of different uids conflict only when the uids share a slot (about n1 * n2 / 2**20).
 CLAIM_SLOTS = 1 << 20
@@ -226,13 +228,38 @@ class ServiceCatalogTool(CatalogTool):
                 ) from None
         if not isinstance(uid, str):
             raise CatalogError("The object unique id must be a string.")
+        key = catalog_uid(uid)
+        if idxs:
+            manager = self._manager(create=False)
+            if manager is not None and manager.batch.flushed.get(key) in ("f", "p"):
+                # Its entry was sent ahead (a large batch, in chunks) and is not here to merge the
+                # indexes into: extracted whole, the entry replaces the one sent.
+                idxs, update_metadata = [], 1
         # Extract first: an indexer error must not leave the counter marked for a batch without entries.
         values, metadata = self._extract(wrapper, idxs, update_metadata)
         self._settle_value_types(values)
         manager = self._changing()
-        key = catalog_uid(uid)
         self._claim(manager, key)
         manager.batch.index(key, uid, values, metadata, list(idxs) if idxs else None)
+        self._after_change(manager, pghandler)
+
+    def _after_change(self, manager, pghandler=None) -> None:
+        """Send a large batch ahead (BatchDataManager.stream), count the rebuild's progress, and
+        keep the ZODB cache to its size as ZCatalog's catalog_object does (a savepoint, so that
+        the objects this transaction changed can leave the cache too, then a cache GC): a
+        rebuild reads every object of the site in one transaction."""
+        manager.stream()
+        progress_ = progress.current()
+        if progress_ is not None:
+            progress_.step()
+        if self.maintain_zodb_cache():
+            transaction.savepoint(optimistic=True)
+            if self._p_jar is not None:
+                self._p_jar.cacheGC()
+            if progress_ is not None:
+                progress_.info("committing subtransaction")
+            elif pghandler is not None:
+                pghandler.info("committing subtransaction")
 
     @security.protected(ManageZCatalogEntries)
     def uncatalog_object(self, uid):
@@ -240,6 +267,7 @@ class ServiceCatalogTool(CatalogTool):
         key = catalog_uid(uid)
         self._claim(manager, key)
         manager.batch.unindex(key)
+        manager.stream()
 
     @security.protected(ManageZCatalogEntries)
     def manage_catalogClear(self, REQUEST=None, RESPONSE=None, URL1=None):
@@ -373,22 +401,62 @@ class ServiceCatalogTool(CatalogTool):
     @security.protected(ManageZCatalogEntries)
     def reindexIndex(self, name, REQUEST, pghandler=None):
         idxs = (name,) if isinstance(name, str) else tuple(name)
-        for path in self._all_paths():
-            obj = self.unrestrictedTraverse(path, None)
-            if obj is None:
-                logger.error("reindexIndex could not resolve an object from the uid %r.", path)
-                continue
-            self.catalog_object(obj, path, idxs=idxs, update_metadata=0)
+        paths = self._all_paths()
+        with self._rebuilding(f"reindexIndex {', '.join(idxs)}", pghandler, len(paths)):
+            for path in paths:
+                obj = self.unrestrictedTraverse(path, None)
+                if obj is None:
+                    logger.error("reindexIndex could not resolve an object from the uid %r.", path)
+                    continue
+                self.catalog_object(obj, path, idxs=idxs, update_metadata=0)
 
     @security.protected(ManageZCatalogEntries)
     def refreshCatalog(self, clear=0, pghandler=None):
         paths = self._all_paths()
         if clear:
             self.manage_catalogClear()
-        for path in paths:
-            obj = self.unrestrictedTraverse(path, None)
-            if obj is not None:
-                self.catalog_object(obj, path)
+        with self._rebuilding("refreshCatalog", pghandler, len(paths)):
+            for path in paths:
+                obj = self.unrestrictedTraverse(path, None)
+                if obj is not None:
+                    self.catalog_object(obj, path)
+
+    @security.protected(ManageZCatalogEntries)
+    def clearFindAndRebuild(self, pghandler=None):
+        """Plone's rebuild (every object with reindexObject found in the site), with progress: the
+        catalog's committed size is the estimate of the objects to go."""
+        self._clear_find_and_rebuild(pghandler, len(self))
+
+    def _clear_find_and_rebuild(self, pghandler=None, expected: int = 0) -> None:
+        with self._rebuilding("clearFindAndRebuild", pghandler, expected):
+            CatalogTool.clearFindAndRebuild(self)
+
+    @security.private
+    def reindexObject(self, object, idxs=[], update_metadata=1, uid=None):  # noqa: B006 - CMF's signature
+        CatalogTool.reindexObject(self, object, idxs, update_metadata, uid)
+        under_way = progress.current()
+        if under_way is not None and under_way.queued():
+            # A rebuild queues every object of the site (CMFCore's indexing queue), processed
+            # only at the commit: processed here every chunk, so that the queue does not hold the
+            # whole site and the progress is that of the objects really cataloged.
+            processQueue()
+
+    @contextlib.contextmanager
+    def _rebuilding(self, what: str, pghandler, expected: int):
+        """Count the objects cataloged in the block (progress.py); a rebuild inside a rebuild (the
+        block of one within the other) counts in the outer one."""
+        if progress.current() is not None:
+            yield
+            return
+        every = self._client().settings.chunk_entries or 1000
+        under_way = progress.begin(f"{what} of catalog {self.catalog_id()}", pghandler, expected, every)
+        finished = False
+        try:
+            yield
+            processQueue()  # what the block queued: cataloged (and counted) in it
+            finished = True
+        finally:
+            progress.end(under_way, finished)
 
     def _all_brains(self):
         """Every entry of this site (an empty query matches nothing in the service)."""
@@ -396,7 +464,23 @@ class ServiceCatalogTool(CatalogTool):
         return self.unrestrictedSearchResults(path=site_path)
 
     def _all_paths(self) -> list[str]:
-        return [brain.getPath() for brain in self._all_brains()]
+        """The path of every entry of this site, as this transaction sees them, in pages without
+        metadata: a large site's brains with all their metadata would take memory by its size."""
+        client = self._client()
+        catalog_id = self.catalog_id()
+        batch_ids = self._own_batches(client)
+        _, marked = self._counter_state()
+        self._await_marked(client, catalog_id, [i for i in batch_watch.pending(marked) if i not in batch_ids])
+        site_path = "/".join(aq_parent(aq_inner(self)).getPhysicalPath())
+        query = self._wire_query({"path": site_path})[0]
+        paths: list[str] = []
+        while True:
+            request = SearchRequest(query=query, metadata=[], b_start=len(paths), b_size=PATH_PAGE,
+                                    batch_ids=batch_ids, show_inactive=True)
+            result = client.search(catalog_id, request, None, unrestricted=True)
+            paths.extend(item["path"] for item in result.items)
+            if not result.items or len(paths) >= result.items_total:
+                return paths
 
     # -- searching --------------------------------------------------------------------------
 
@@ -589,22 +673,18 @@ class ServiceCatalogTool(CatalogTool):
         if obj is None or not created_in_this_transaction(obj):
             return False
         manager = self._manager(create=False)
-        if manager is None:
-            return True
-        prefix = path + "/"
-        for entry in manager.batch.entries.values():
-            entry_path = entry.get("path") or entry["uid"]
-            if entry_path.startswith("sha256:") or entry_path == path or entry_path.startswith(prefix):
-                return False
-        return True
+        return manager is None or not manager.batch.mentions(path)
 
     def has_full_entry(self, path: str) -> bool:
         """Whether this transaction's batch indexes ``path`` with every index (not only some)."""
         manager = self._manager(create=False)
         if manager is None:
             return False
-        entry = manager.batch.entries.get(catalog_uid(path))
-        return entry is not None and entry["op"] == "index" and "idxs" not in entry
+        key = catalog_uid(path)
+        entry = manager.batch.entries.get(key)
+        if entry is None:
+            return manager.batch.flushed.get(key) == "f"  # sent ahead (a large batch)
+        return entry["op"] == "index" and "idxs" not in entry
 
     def _query_of(self, query, kw: dict) -> dict:
         """The query of a searchResults call. ZCatalog's Catalog.searchResults takes ``_merge`` as
