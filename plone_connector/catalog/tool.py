@@ -400,8 +400,10 @@ class ServiceCatalogTool(CatalogTool):
 
     # -- searching --------------------------------------------------------------------------
 
-    def _wire_query(self, query: dict) -> tuple[dict, int, int | None]:
-        """ZCatalog's query as the service reads it, and ZCatalog's batch (b_start, b_size)."""
+    def _wire_query(self, query: dict) -> tuple[dict, int, int | None, int | None]:
+        """ZCatalog's query as the service reads it, and ZCatalog's batch: b_start, b_size and,
+        for a sorted query paged by sort_limit alone, where its first half ends (sort_limit_stop).
+        """
         indexes = self._catalog.indexes
         wire_query = {}
         for key, value in query.items():
@@ -410,14 +412,25 @@ class ServiceCatalogTool(CatalogTool):
             elif key in indexes and key != "allowedRolesAndUsers":
                 # The index object itself: a proxy (indexes[key]) costs a few us per key here.
                 wire_query[key] = wire_query_value(query_value(definition(self._catalog, key), value))
-        # Catalog._sort_limit_arguments: b_size, else sort_limit, bounds the sequence.
+        # Catalog._sort_limit_arguments: b_size, else sort_limit, bounds the sequence; without
+        # either, b_start is read but nothing is sliced.
         b_start = int(query.get("b_start", 0) or 0)
         b_size = query.get("b_size")
+        sort_limit = query.get("sort-limit")
+        if sort_limit is None:
+            sort_limit = query.get("sort_limit")
+        stop = None
         if b_size is not None:
             b_size = int(b_size)
-        elif query.get("sort_limit"):
-            b_size = int(query["sort_limit"])
-        return wire_query, b_start, b_size
+        elif sort_limit:
+            b_size = int(sort_limit)
+            # Catalog.sortResults keeps the first sort_limit results, then slices from b_start
+            # (in the first half of the result; past it, it sorts in reverse and does not cut).
+            if wire_query.get("sort_on"):
+                stop = b_size
+        else:
+            b_start = 0
+        return wire_query, b_start, b_size, stop
 
     def _own_batches(self, client) -> list[str]:
         """The staged batch of this transaction, for a read that must see its pending changes."""
@@ -439,7 +452,7 @@ class ServiceCatalogTool(CatalogTool):
         client = self._client()
         catalog_id = self.catalog_id()
         batch_ids = self._own_batches(client)
-        wire_query, b_start, b_size = self._wire_query(query)
+        wire_query, b_start, b_size, sort_limit_stop = self._wire_query(query)
         page_size = client.settings.page_size
         if b_size is not None:
             page_size = max(1, min(page_size, b_size))
@@ -487,6 +500,8 @@ class ServiceCatalogTool(CatalogTool):
 
         total, first = fetch(b_start, page_size)
         length = max(0, total - b_start) if b_size is None else max(0, min(b_size, total - b_start))
+        if sort_limit_stop is not None and not b_start > total / 2:
+            length = min(length, max(0, sort_limit_stop - b_start))
         tool = self
 
         def wrap(record):

@@ -54,6 +54,13 @@ def catalog_queries(site):
         ("folders", {"is_folderish": True, "path": base, "sort_on": "sortable_title"}, True),
         ("limited", {"path": base, "sort_on": "sortable_title", "sort_limit": 3}, True),
         ("batched", {"path": base, "sort_on": "sortable_title", "b_start": 2, "b_size": 3}, True),
+        # ZCatalog ignores a b_start without b_size or sort_limit.
+        ("start alone", {"path": base, "sort_on": "sortable_title", "b_start": 2}, True),
+        ("start alone unsorted", {"path": base, "b_start": 2}, False),
+        # Sorted, capped at sort_limit, then from b_start (from the second half: sort_limit from b_start).
+        ("limited from start", {"path": base, "sort_on": "sortable_title", "sort_limit": 4, "b_start": 1}, True),
+        ("limited past the limit", {"path": base, "sort_on": "sortable_title", "sort_limit": 2, "b_start": 3}, True),
+        ("limited second half", {"path": base, "sort_on": "sortable_title", "sort_limit": 2, "b_start": 5}, True),
     ]
 
 

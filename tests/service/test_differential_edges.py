@@ -192,6 +192,14 @@ EDGE_QUERIES = {
         "b_start": 2,
         "b_size": 5,
     },
+    # Regression: sort_limit with b_start and no b_size caps the sorted result at sort_limit,
+    # then starts at b_start (Catalog._sort_limit_arguments + sortResults)...
+    "sort-limit-start-no-size": {"path": "/plone", "sort_on": "sortable_title", "sort_limit": 5, "b_start": 3},
+    "sort-limit-start-past-limit": {"path": "/plone", "sort_on": "sortable_title", "sort_limit": 2, "b_start": 3},
+    # ...except from the second half, where the reversed sort takes sort_limit items from b_start.
+    "sort-limit-start-second-half": {"path": "/plone", "sort_on": "sortable_title", "sort_limit": 3, "b_start": 12},
+    # Unsorted, sort_limit is the page size from b_start.
+    "sort-limit-start-unsorted": {"path": "/plone", "sort_limit": 3, "b_start": 2},
     # b_start / b_size, including past the end.
     "batch-first": {"path": "/plone", "sort_on": "sortable_title", "b_start": 0, "b_size": 5},
     "batch-near-end": {"path": "/plone", "sort_on": "sortable_title", "b_start": 12, "b_size": 5},

@@ -293,6 +293,7 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
         head = _head(rows, catalog)
     else:
         rows, head = await _page_and_total(conn, catalog, plan, request, limits, counts)
+        rows = plan.first_half_page(rows, head["total"])
     hits = [r for r in rows if r["rid"] is not None]
     complete = request.after_batch is None or head["batch_state"] == "committed"
     items = [
