@@ -400,16 +400,20 @@ class ServiceCatalogTool(CatalogTool):
 
     # -- searching --------------------------------------------------------------------------
 
-    def _wire_query(self, query: dict) -> tuple[dict, int, int | None, int | None]:
+    def _wire_query(self, query: dict, unrestricted: bool = False) -> tuple[dict, int, int | None, int | None]:
         """ZCatalog's query as the service reads it, and ZCatalog's batch: b_start, b_size and,
         for a sorted query paged by sort_limit alone, where its first half ends (sort_limit_stop).
+
+        A restricted search's principals go in a header (Plone's searchResults replaces any
+        allowedRolesAndUsers of the query with them); an unrestricted one is filtered by the
+        query's own, as ZCatalog filters it.
         """
         indexes = self._catalog.indexes
         wire_query = {}
         for key, value in query.items():
             if key in SORT_KEYS:
                 wire_query[key] = wire_query_value(value)
-            elif key in indexes and key != "allowedRolesAndUsers":
+            elif key in indexes and (unrestricted or key != "allowedRolesAndUsers"):
                 # The index object itself: a proxy (indexes[key]) costs a few us per key here.
                 wire_query[key] = wire_query_value(query_value(definition(self._catalog, key), value))
         # Catalog._sort_limit_arguments: b_size, else sort_limit, bounds the sequence; without
@@ -452,7 +456,8 @@ class ServiceCatalogTool(CatalogTool):
         client = self._client()
         catalog_id = self.catalog_id()
         batch_ids = self._own_batches(client)
-        wire_query, b_start, b_size, sort_limit_stop = self._wire_query(query)
+        unrestricted = principals is None
+        wire_query, b_start, b_size, sort_limit_stop = self._wire_query(query, unrestricted)
         page_size = client.settings.page_size
         if b_size is not None:
             page_size = max(1, min(page_size, b_size))
@@ -465,7 +470,6 @@ class ServiceCatalogTool(CatalogTool):
             cache = transaction_memo()
             counter = (tuple(batch_ids), cache.changes)
         schema = {name: i for i, name in enumerate(self._catalog.names)}
-        unrestricted = principals is None
 
         def fetch(start: int, size: int):
             key = (catalog_id, counter, principal_key, show_inactive, query_text, start, size)

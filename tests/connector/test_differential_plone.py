@@ -64,6 +64,10 @@ def catalog_queries(site):
     ]
 
 
+# Principals an unrestricted search may filter by itself (ZCatalog applies them as a query term).
+UNRESTRICTED_PRINCIPALS = (["Anonymous"], ["user:member"], ["Manager"], ["user:member", "Anonymous"])
+
+
 def querystring_queries():
     return [
         [{"i": "portal_type", "o": "plone.app.querystring.operation.selection.any", "v": ["Document"]}],
@@ -82,6 +86,13 @@ def answers(name: str, user: str | None) -> dict:
         for label, query, ordered in catalog_queries(site):
             brains = catalog(**query)
             found[label] = (rows(site, brains, ordered), brains.actual_result_count)
+        if user is None:  # an unrestricted search does not depend on the user
+            base = "/".join(site.getPhysicalPath()) + "/" + ROOT
+            for principals in UNRESTRICTED_PRINCIPALS:
+                for search in (catalog.unrestrictedSearchResults, catalog._unrestrictedSearchResults):
+                    brains = search(allowedRolesAndUsers=principals, path=base)
+                    found[f"{search.__name__} {principals}"] = (rows(site, brains, False),
+                                                                brains.actual_result_count)
         container = site[ROOT]
         request = site.REQUEST
         for i, query in enumerate(querystring_queries()):
