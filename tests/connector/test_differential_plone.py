@@ -213,3 +213,16 @@ def test_same_answers_through_a_site_life(removed_afterwards):
 
     on_both(copy_and_delete)
     assert_same_answers("copied, deleted")
+
+    def order_by_title(site):
+        # plone.folder's orderObjects fires no event; ZCatalog reads the new positions anyway.
+        site[ROOT].orderObjects("Title")
+
+    on_both(order_by_title)
+    assert_same_answers("ordered by title")
+
+    def order_reversed(site):
+        site[ROOT].orderObjects(reverse=True)
+
+    on_both(order_reversed)
+    assert_same_answers("order reversed")
