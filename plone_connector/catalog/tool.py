@@ -506,10 +506,15 @@ class ServiceCatalogTool(CatalogTool):
         length = max(0, total - b_start) if b_size is None else max(0, min(b_size, total - b_start))
         if sort_limit_stop is not None and not b_start > total / 2:
             length = min(length, max(0, sort_limit_stop - b_start))
+        top_score = None
+        if first and first[0].score is not None:
+            # Normalized scores are relative to the result's best, which leads its first page.
+            best = first if b_start == 0 else fetch(0, 1)[1]
+            top_score = best[0].score if best else first[0].score
         tool = self
 
         def wrap(record):
-            return CatalogBrain(record, schema).__of__(tool)
+            return CatalogBrain(record, schema, top_score).__of__(tool)
 
         def fetch_page(start, size):
             return fetch(b_start + start, size)[1]

@@ -296,3 +296,29 @@ def test_edge_case(corpus, query):
     status, body = catalog.query(query_to_wire(query))
     problem = compare(oracle, query, status, body, {obj.uid: obj.path for obj in CORPUS})
     assert problem is None, problem
+
+
+# ZCatalog's score: the text indexes' scores, plus one per other index whose set it intersects.
+SCORED_QUERIES = {
+    "text-alone": {"SearchableText": "plone"},
+    "text-and-path": {"SearchableText": "plone", "path": "/plone"},
+    "text-three-sets": {"SearchableText": "plone OR ueber", "path": "/plone",
+                        "portal_type": ["Document", "Folder", "News Item"],
+                        "effectiveRange": T("2031-01-01T00:00:00+00:00")},
+    "two-texts-and-a-set": {"SearchableText": "plone", "Title": "uber OR first", "path": "/plone"},
+    "text-page": {"SearchableText": "plone OR news", "path": "/plone", "b_start": 1, "b_size": 2},
+    "text-range-between-sets": {"SearchableText": "plone", "Subject": "Plone", "effectiveRange": T("2031-01-01T00:00:00+00:00"),
+                                "path": "/plone"},
+    "text-not-only-nothing-held": {"SearchableText": "plone", "portal_type": {"not": "Nope"}},
+}
+
+
+@pytest.mark.parametrize("query", SCORED_QUERIES.values(), ids=SCORED_QUERIES.keys())
+def test_scores_are_zcatalogs(corpus, query):
+    oracle, catalog = corpus
+    want = oracle.run(query)
+    assert want.scores, "the query must score something"
+    status, body = catalog.query(query_to_wire(query))
+    assert status == 200, body
+    got = {item["uid"]: item["score"] for item in body["items"]}
+    assert got == dict(zip(want.uids, want.scores, strict=True))

@@ -89,6 +89,13 @@ class SearchPlan:
     # total (then it sorts in reverse and gives sort_limit results from b_start). The page's SQL
     # reads the longer slice; the executor cuts it once the total is known (first_half_page).
     sort_limit_stop: int | None = None
+    # ZCatalog's score: the text indexes' scores (the SQL's ``score``, which the page is ordered
+    # by) times ``score_factor`` plus ``score_offset`` (zcatalog_score).
+    score_factor: int = 1
+    score_offset: int = 0
+
+    def zcatalog_score(self, score: int | None) -> int | None:
+        return None if score is None else score * self.score_factor + self.score_offset
 
     def first_half_page(self, rows: list, total: int) -> list:
         """``rows`` as ZCatalog's sorted page, given the total (Catalog.sortResults)."""
@@ -285,10 +292,21 @@ def plan_search(
     # before it left some result (Catalog.search stops at the first empty one).
     conditions: list[str] = []
     order = ctx.applied + [n for n in (SECURITY_INDEX, EFFECTIVE_INDEX) if n not in ctx.applied]
+    # Catalog.search intersects each index's answer with the result so far, text indexes first:
+    # weightedIntersection adds their scores, and adds 1 for an index answering a set (its
+    # members weigh 1); a DateRangeIndex answers the result so far minus what it excludes, scores
+    # kept, so the sum doubles them.
+    score_factor, score_offset = 1, 0
     for name in order:
         used = len(params.values)
         try:
-            conditions.extend(conditions_of(name))
+            found = conditions_of(name)
+            conditions.extend(found)
+            index = schema.indexes.get(name)
+            if found and isinstance(index, DateRangeIndex):
+                score_factor, score_offset = 2 * score_factor, 2 * score_offset
+            elif found and not isinstance(index, ZCTextIndex):
+                score_offset += 1
         except QueryError as exc:
             if not conditions:
                 raise
@@ -370,7 +388,8 @@ def plan_search(
     return SearchPlan(sql=sql, params=params.values, count_sql=count_sql,
                       b_start=start, b_size=size, empty=not applied, ignored=ignored,
                       plain_sql=plain_sql, plain_below=plain_below,
-                      sort_limit_stop=sort_limit_stop if start else None)
+                      sort_limit_stop=sort_limit_stop if start else None,
+                      score_factor=score_factor, score_offset=score_offset)
 
 
 def _from_best_cells(sql: str, cells, where: str, source: str, meta_sql: str, score_sql: str,
