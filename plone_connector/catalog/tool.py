@@ -38,7 +38,7 @@ from ZPublisher import zpublish
 
 from catalog_schemas.api import SchemaUpdate, SearchRequest
 
-from . import ordering, outcomes, wire
+from . import ordering, outcomes, undo, wire
 from .batch import current_manager, retry_unfinished
 from .brains import BrainRecord, CatalogBrain, LazyResults
 from .cache import query_cache, transaction_memo
@@ -150,6 +150,8 @@ class ServiceCatalogTool(CatalogTool):
         and a reindex), and the service keeps one entry computed from a snapshot that lacks the
         other's change: a revoked role still finding the document, a stale order, a phantom.
         """
+        if undo.following():
+            return
         claims = self._catalog_claims
         if claims is None:
             claims = self._catalog_claims = IIBTree()
@@ -233,6 +235,7 @@ class ServiceCatalogTool(CatalogTool):
         key = catalog_uid(uid)
         self._claim(manager, key)
         manager.batch.index(key, uid, values, metadata, list(idxs) if idxs else None)
+        undo.note(self, uid)
 
     @security.protected(ManageZCatalogEntries)
     def uncatalog_object(self, uid):
@@ -240,12 +243,14 @@ class ServiceCatalogTool(CatalogTool):
         key = catalog_uid(uid)
         self._claim(manager, key)
         manager.batch.unindex(key)
+        undo.note(self, uid)
 
     @security.protected(ManageZCatalogEntries)
     def manage_catalogClear(self, REQUEST=None, RESPONSE=None, URL1=None):
         """Remove every entry (in this transaction's batch, so a failed rebuild clears nothing)."""
         self._changing().batch.clear_all()
         self._hold_claims()
+        undo.note(self, None)
         if REQUEST and RESPONSE:
             RESPONSE.redirect(URL1 + "/manage_catalogAdvanced?manage_tabs_message=Catalog%20Cleared")
 
