@@ -1,50 +1,84 @@
-"""A ZODB undo on a history-preserving storage (FileStorage): the connector's catalog follows it,
-as ZCatalog's entries, kept in ZODB, come back with the undo (plone_connector/catalog/undo.py,
-docs/decisions/0017-catalog-follows-undo.md).
+"""A ZODB undo on history-preserving storages (FileStorage, JsonbStorage): the connector's catalog
+follows it, as ZCatalog's entries, kept in ZODB, come back with the undo
+(plone_connector/catalog/undo.py, docs/decisions/0017-catalog-follows-undo.md).
 
 Both sites of the connector's layer (``plone`` with ZCatalog, ``conn`` with the connector) live
-on one FileStorage; each gets the same actions, each action is undone in the next transaction,
-and both catalogs must then answer the same, and the connector's must equal ZODB (verify).
+on one storage; each gets the same actions, each action is undone in the next transaction, and
+both catalogs must then answer the same, and the connector's must equal ZODB (verify).
 """
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 import transaction
+import ZODB
 from plone import api
+from plone.app.testing import PLONE_FIXTURE
 
 from plone_connector.catalog.verify import verify
+from plone_connector.storage import JsonbStorage
 from tests.connector import sites
 from tests.connector.sites import SITES
-from tests.e2e.jsonb_layer import layer_set_up
+from tests.e2e.jsonb_layer import JsonbConnectorLayer, layer_db, layer_set_up, seed
 from tests.e2e.test_crash_on_filestorage import FileStorageConnectorLayer
+from tests.storage.conftest import dsn_with_schema
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
 
 FOLDER = "undo"
-UNDO_LAYER = FileStorageConnectorLayer(name="UndoFileStorageLayer")
-UNDO_LAYER.catalog_id = "undo-conn"
+SCHEMA = "zodb_undo_hp"
 
 
-@pytest.fixture(scope="module")
-def undo_layer(catalog_service, tmp_path_factory):
-    UNDO_LAYER.path = tmp_path_factory.mktemp("undo-filestorage")
-    with layer_set_up(UNDO_LAYER):
+class HistoryJsonbLayer(JsonbConnectorLayer):
+    """The connector's layer on a history-preserving JsonbStorage."""
+
+    catalog_id = "undo-jsonb-conn"
+
+    def _jsonb_db(self, base_db, name=None) -> ZODB.DB:
+        storage = JsonbStorage(self.dsn, name="undo-seed", history_preserving=True)
+        try:
+            storage.cleanup()
+            seed(storage, layer_db(PLONE_FIXTURE).storage)
+        finally:
+            storage.close()
+        return ZODB.DB(JsonbStorage(self.dsn, name="undo", history_preserving=True))
+
+
+FILE_LAYER = FileStorageConnectorLayer(name="UndoFileStorageLayer")
+FILE_LAYER.catalog_id = "undo-fs-conn"
+JSONB_HP_LAYER = HistoryJsonbLayer(name="UndoHistoryJsonbLayer")
+CURRENT = {}
+
+
+@pytest.fixture(scope="module", params=["FileStorage", "JsonbStorage"])
+def undo_layer(request, catalog_service, database_url, tmp_path_factory):
+    if request.param == "FileStorage":
+        layer = FILE_LAYER
+        layer.path = tmp_path_factory.mktemp("undo-filestorage")
+    else:
+        layer = JSONB_HP_LAYER
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(f"create schema if not exists {SCHEMA}")
+        layer.dsn = dsn_with_schema(database_url, SCHEMA)
+    with layer_set_up(layer):
+        CURRENT["layer"] = layer
         for name in SITES:
             with on_site(name) as site:
                 api.content.create(container=site, type="Folder", id=FOLDER, title="Undo tests")
-        yield UNDO_LAYER
+        yield layer
+    CURRENT.clear()
 
 
 def on_site(name, **options):
-    return sites.on_site(name, db=UNDO_LAYER["zodbDB"], **options)
+    return sites.on_site(name, db=CURRENT["layer"]["zodbDB"], **options)
 
 
 def act_then_undo(name: str, action) -> None:
     """``action`` on site ``name`` in a transaction; then that transaction undone in another."""
     with on_site(name) as site:
         action(site[FOLDER])
-    db = UNDO_LAYER["zodbDB"]
+    db = CURRENT["layer"]["zodbDB"]
     [last] = db.undoLog(0, 1)
     with on_site(name):
         transaction.get().note(f"undo on {name}")
@@ -106,7 +140,7 @@ def test_the_catalog_follows_undone_edits_creations_and_deletions(undo_layer):
     assert "/undo/doc" in [row[0] for row in catalog_rows(sites.CONNECTED)[:-1]]
 
     # Undoing the undo (a redo) follows too: the document is deleted again.
-    db = UNDO_LAYER["zodbDB"]
+    db = CURRENT["layer"]["zodbDB"]
     for name in SITES:
         [undo] = [entry for entry in db.undoLog(0, 20) if _text(entry["description"]) == f"undo on {name}"][:1]
         with on_site(name):
