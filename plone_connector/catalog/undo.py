@@ -207,6 +207,8 @@ def follow(tool, paths, counter_before: int | None = None) -> None:
         else:
             root = tool.getPhysicalRoot()
             for path in paths:
+                if not path.startswith("/"):
+                    continue  # a uid given by the caller, not a path: nothing to look up
                 obj = root.unrestrictedTraverse(path, None)
                 # Traversal may acquire a namesake from a parent: only the object at the path counts.
                 if (obj is not None and base_hasattr(obj, "reindexObject")
