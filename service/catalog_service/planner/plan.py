@@ -84,6 +84,24 @@ class SearchPlan:
     plain_below: int = 0
     precheck_sql: str = ""
     precheck_params: list[Any] = field(default_factory=list)
+    # A sorted query paged by sort_limit alone from a b_start: ZCatalog keeps only the first
+    # ``sort_limit_stop`` results, then starts at b_start, unless b_start lies past half of the
+    # total (then it sorts in reverse and gives sort_limit results from b_start). The page's SQL
+    # reads the longer slice; the executor cuts it once the total is known (first_half_page).
+    sort_limit_stop: int | None = None
+    # ZCatalog's score: the text indexes' scores (the SQL's ``score``, which the page is ordered
+    # by) times ``score_factor`` plus ``score_offset`` (zcatalog_score).
+    score_factor: int = 1
+    score_offset: int = 0
+
+    def zcatalog_score(self, score: int | None) -> int | None:
+        return None if score is None else score * self.score_factor + self.score_offset
+
+    def first_half_page(self, rows: list, total: int) -> list:
+        """``rows`` as ZCatalog's sorted page, given the total (Catalog.sortResults)."""
+        if self.sort_limit_stop is None or self.b_start > total / 2:
+            return rows
+        return rows[:max(0, self.sort_limit_stop - self.b_start)]
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -274,10 +292,21 @@ def plan_search(
     # before it left some result (Catalog.search stops at the first empty one).
     conditions: list[str] = []
     order = ctx.applied + [n for n in (SECURITY_INDEX, EFFECTIVE_INDEX) if n not in ctx.applied]
+    # Catalog.search intersects each index's answer with the result so far, text indexes first:
+    # weightedIntersection adds their scores, and adds 1 for an index answering a set (its
+    # members weigh 1); a DateRangeIndex answers the result so far minus what it excludes, scores
+    # kept, so the sum doubles them.
+    score_factor, score_offset = 1, 0
     for name in order:
         used = len(params.values)
         try:
-            conditions.extend(conditions_of(name))
+            found = conditions_of(name)
+            conditions.extend(found)
+            index = schema.indexes.get(name)
+            if found and isinstance(index, DateRangeIndex):
+                score_factor, score_offset = 2 * score_factor, 2 * score_offset
+            elif found and not isinstance(index, ZCTextIndex):
+                score_offset += 1
         except QueryError as exc:
             if not conditions:
                 raise
@@ -320,8 +349,11 @@ def plan_search(
     sort_limit = _int_option(query, "sort-limit", None)
     if sort_limit is None:
         sort_limit = _int_option(query, "sort_limit", None)
+    sort_limit_stop = None
     if size is None and sort_limit:
         size = sort_limit
+        if sort:
+            sort_limit_stop = sort_limit
     # ZCatalog reads b_start always but slices only with a batch size: alone it changes nothing.
     query_start = _int_option(query, "b_start", 0)
     start = b_start if b_start is not None else (query_start if size is not None else 0)
@@ -355,7 +387,9 @@ def plan_search(
             plain_below = 4 * (start + limit) + limits.relevance_candidates
     return SearchPlan(sql=sql, params=params.values, count_sql=count_sql,
                       b_start=start, b_size=size, empty=not applied, ignored=ignored,
-                      plain_sql=plain_sql, plain_below=plain_below)
+                      plain_sql=plain_sql, plain_below=plain_below,
+                      sort_limit_stop=sort_limit_stop if start else None,
+                      score_factor=score_factor, score_offset=score_offset)
 
 
 def _from_best_cells(sql: str, cells, where: str, source: str, meta_sql: str, score_sql: str,
