@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import QueryError
 from ..planner.sql import all_of, any_of, quote_literal_name
 from ..text import And, Atom, Glob, Not, Or, Phrase, index_words, parse_query, text_values
-from .base import MISSING, BadValue, Index, IndexQuery, QueryContext
+from .base import MISSING, BadValue, Index, IndexQuery, QueryContext, RowsOverlay
 
 
 def _upper_bound(prefix: str) -> str | None:
@@ -116,8 +116,30 @@ class ZCTextIndex(Index):
             "mean": f"(select st.words::float8 / nullif(st.docs, 0) {stats})",
             "len": f"jsonb_array_length({self.json})",
             "cat": cat,
+            "overlay": ctx.overlay,
         }
+        if ctx.overlay is not None:
+            # Over staged batches, the statistics ZCatalog's OkapiIndex would have after indexing
+            # them: the committed counts, less the hidden rows', plus the shown rows'.
+            docs = self._overlaid(f"(select st.docs {stats})", "count(*)", ctx.overlay)
+            words = self._overlaid(f"(select st.words {stats})", f"sum(jsonb_array_length({self._words('r')}))",
+                                   ctx.overlay)
+            env["n"] = docs
+            env["mean"] = f"({words}::float8 / nullif({docs}, 0))"
         return self._score(parse_query(text), ctx, env)
+
+    def _words(self, row: str) -> str:
+        """The row's word sequence, or null where it has none (so that no set function fails on a
+        value that is not an array)."""
+        return f"(case when jsonb_typeof({row}.text->{self.key}) = 'array' then {row}.text->{self.key} end)"
+
+    def _overlaid(self, committed: str, aggregate: str, overlay: RowsOverlay, where: str = "true") -> str:
+        """``committed`` (null: 0), less ``aggregate`` over the hidden rows, plus it over the shown
+        rows, counting only rows with a word sequence and ``where`` (over the row alias ``r``)."""
+        def part(rows: str) -> str:
+            return (f"(select coalesce({aggregate}, 0) from {rows} r "
+                    f"where {self._words('r')} is not null and {where})")
+        return f"(coalesce({committed}, 0) - {part(overlay.hidden)} + {part(overlay.shown)})"
 
     def best_cells(self, q: IndexQuery, ctx: QueryContext, want: Callable[[], str]) -> BestCells | None:
         """SQL for the score cells that can hold the best documents of a one-word or one-glob query.
@@ -179,8 +201,20 @@ class ZCTextIndex(Index):
                 f"{df_sql}, {env['mean']})")
 
     def _df(self, word_sql: str, env: dict) -> str:
-        return (f"(select l.df from catalog_lexicon l where l.catalog_id = {env['cat']} "
-                f"and l.index_name = {self.key} and l.word = {word_sql})")
+        committed = (f"(select l.df from catalog_lexicon l where l.catalog_id = {env['cat']} "
+                     f"and l.index_name = {self.key} and l.word = {word_sql})")
+        if env["overlay"] is None:
+            return committed
+        return self._overlaid(committed, "count(*)", env["overlay"], f"(r.text->{self.key} ? {word_sql})")
+
+    def _df_changes(self, words_sql: str, overlay: RowsOverlay) -> str:
+        """How the staged batches change the document frequency of each of ``words_sql`` (a text
+        array), as a JSON object word -> change, in one read of their rows (not one per word)."""
+        def part(rows: str, sign: int) -> str:
+            return (f"select w.word, {sign} as n from {rows} r, lateral (select distinct e collate \"C\" as word "
+                    f"from jsonb_array_elements_text({self._words('r')}) e) w where w.word = any({words_sql})")
+        return (f"(select coalesce(jsonb_object_agg(d.word, d.n), '{{}}') from (select x.word, sum(x.n) as n "
+                f"from ({part(overlay.hidden, -1)} union all {part(overlay.shown, 1)}) x group by x.word) d)")
 
     def _score(self, node, ctx: QueryContext, env: dict) -> str:
         p = ctx.params
@@ -196,10 +230,19 @@ class ZCTextIndex(Index):
                 return f"(case when {self._node(node, ctx)} then {' + '.join(parts)} else 0 end)"
             case Glob():
                 matches = self._glob_words(node, ctx)
-                return (f"(select coalesce(sum(catalog_okapi(catalog_word_count({self.json}, g.word), {env['len']}, "
-                        f"{env['n']}, l.df, {env['mean']})), 0)::integer from unnest({matches}) g(word) "
-                        f"join catalog_lexicon l on l.catalog_id = {env['cat']} and l.index_name = {self.key} "
-                        f"and l.word = g.word where {self.json} ? g.word)")
+                if env["overlay"] is None:
+                    return (f"(select coalesce(sum(catalog_okapi(catalog_word_count({self.json}, g.word), "
+                            f"{env['len']}, {env['n']}, l.df, {env['mean']})), 0)::integer from unnest({matches}) "
+                            f"g(word) join catalog_lexicon l on l.catalog_id = {env['cat']} "
+                            f"and l.index_name = {self.key} and l.word = g.word where {self.json} ? g.word)")
+                # Words only the staged rows hold are in no committed lexicon row. The changes are
+                # one InitPlan for the statement, not a read per result row.
+                changes = self._df_changes(self._glob_words(node, ctx), env["overlay"])
+                df = f"(coalesce(l.df, 0) + coalesce(({changes} ->> g.word)::bigint, 0))"
+                return (f"(select coalesce(sum(catalog_okapi(catalog_word_count({self.json}, g.word), "
+                        f"{env['len']}, {env['n']}, {df}, {env['mean']})), 0)::integer from unnest({matches}) "
+                        f"g(word) left join catalog_lexicon l on l.catalog_id = {env['cat']} "
+                        f"and l.index_name = {self.key} and l.word = g.word where {self.json} ? g.word)")
             case And(children):
                 parts = [self._score(c, ctx, env) for c in children if not isinstance(c, Not)]
                 return f"(case when {self._node(node, ctx)} then {' + '.join(parts)} else 0 end)"
@@ -208,20 +251,33 @@ class ZCTextIndex(Index):
         raise QueryError(f"unsupported text query node {node!r}")
 
     def _glob_words(self, glob: Glob, ctx: QueryContext, limit: int | None = None) -> str:
+        """The lexicon words ``glob`` matches, as a text array. Over staged batches, the words of
+        their shown rows too: ZCatalog's lexicon has them as soon as they are indexed. (The
+        words of rows they hide are in the committed lexicon, which, like ZCatalog's, forgets no
+        word; a word no document holds adds nothing.)"""
         p = ctx.params
         prefix = glob.prefix
-        bounds = [f"l.word >= {p.add(prefix, 'text')}"]
-        upper = _upper_bound(prefix)
-        if upper is not None:
-            bounds.append(f"l.word < {p.add(upper, 'text')}")
-        like = glob.like_pattern
-        if like is not None:
-            bounds.append(f"l.word like {p.add(like, 'text')}")
-        else:
-            bounds.append(f"starts_with(l.word, {p.add(prefix, 'text')})")
-        return (f"array(select l.word from catalog_lexicon l where l.catalog_id = "
-                f"{p.add(ctx.catalog_id, 'integer')} and l.index_name = {self.key} and "
-                f"{' and '.join(bounds)}{'' if limit is None else f' limit {int(limit)}'})")
+
+        def bounds(word: str) -> str:
+            found = [f"{word} >= {p.add(prefix, 'text')}"]
+            upper = _upper_bound(prefix)
+            if upper is not None:
+                found.append(f"{word} < {p.add(upper, 'text')}")
+            like = glob.like_pattern
+            if like is not None:
+                found.append(f"{word} like {p.add(like, 'text')}")
+            else:
+                found.append(f"starts_with({word}, {p.add(prefix, 'text')})")
+            return " and ".join(found)
+
+        committed = bounds("l.word")
+        words = (f"select l.word from catalog_lexicon l where l.catalog_id = "
+                 f"{p.add(ctx.catalog_id, 'integer')} and l.index_name = {self.key} and {committed}")
+        if ctx.overlay is not None:
+            # "C"-collated as the lexicon's words, so that the bounds compare the same way.
+            words += (f" union select w.word from {ctx.overlay.shown} r, lateral (select e collate \"C\" as word "
+                      f"from jsonb_array_elements_text({self._words('r')}) e) w where {bounds('w.word')}")
+        return f"array({words}{'' if limit is None else f' limit {int(limit)}'})"
 
     def cells_sql(self, row: str | None = "o") -> str:
         """The row's cells: a JSON array the batch code stores next to the words (text/cells.py),
