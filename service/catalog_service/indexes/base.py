@@ -92,6 +92,9 @@ class QueryContext:
     # Set when the query names staged batches: the catalog-wide statistics (a text index's lexicon
     # and Okapi counts) are the committed ones overlaid with the batches' rows.
     overlay: RowsOverlay | None = None
+    # CTEs (name -> body) a condition or score needs; the planner puts them, materialized, before
+    # the statement that uses them (the page).
+    ctes: dict[str, str] = field(default_factory=dict)
 
     def visible_sql(self, row: str) -> str:
         return " and ".join(["true", *self.visible(row)])

@@ -340,7 +340,10 @@ def plan_search(
     offset_p = params.add(start, "bigint")
     # The page alone: ORDER BY + LIMIT can walk a sort index and stop early, and PostgreSQL
     # computes the metadata text only for the rows of the page. The total is count_sql.
-    sql = (f"select o.rid, o.uid, o.path, {meta_sql} as meta, {score_sql} as score "
+    # Only scores add CTEs (text statistics over staged batches), and only the page has scores.
+    ctes = "".join(f"{name} as materialized ({body}), " for name, body in ctx.ctes.items())
+    sql = (f"{'with ' + ctes[:-2] + ' ' if ctes else ''}"
+           f"select o.rid, o.uid, o.path, {meta_sql} as meta, {score_sql} as score "
            f"from {source} o where {where} order by {', '.join(order_terms)} "
            f"limit {limit_p} offset {offset_p}")
     plain_sql, plain_below = "", 0
