@@ -415,7 +415,7 @@ class BatchDataManager:
         and drop what was sent: a rebuild or an import of a large site keeps at most a chunk of
         entries in memory, and the service gets requests it accepts (CATALOG_MAX_BATCH_ENTRIES is
         per request). The batch stays one staged batch, committed at tpc_finish, so other
-        transactions see the catalog change at once, as ZCatalog's (docs/decisions/0017)."""
+        transactions see the catalog change at once, as ZCatalog's (docs/decisions/0018)."""
         limit = self.client.settings.chunk_entries
         batch = self.batch
         if not limit or len(batch.entries) < limit:

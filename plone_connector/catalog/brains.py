@@ -56,15 +56,24 @@ class CatalogBrain(Implicit):
     # ZPublisher and restricted code may read metadata like on ZCatalog brains.
     __allow_access_to_unprotected_subobjects__ = True
 
-    def __init__(self, record: BrainRecord, schema):
-        """``schema``: the metadata column names, or a ``{name: position}`` built once per result."""
+    def __init__(self, record: BrainRecord, schema, top_score=None):
+        """``schema``: the metadata column names, or a ``{name: position}`` built once per result.
+        ``top_score``: the score of the result's first brain, when it is ranked by relevance."""
         self.__dict__["_record"] = record
         if not isinstance(schema, dict):
             schema = {name: i for i, name in enumerate(schema)}
         self.__dict__["__record_schema__"] = schema
         self.__dict__["data_record_id_"] = record.rid
-        self.__dict__["data_record_score_"] = record.score
-        self.__dict__["data_record_normalized_score_"] = record.score
+        score = record.score
+        if score is None or top_score is None:
+            # Catalog.__getitem__ gives 1 and 1 to brains that are not ranked.
+            score = normalized = 1
+        else:
+            # Catalog.search: normalized to 0-100 from the best score (which is never 0 there:
+            # ZCatalog would raise ZeroDivisionError as this does).
+            normalized = int(100.0 * score / top_score)
+        self.__dict__["data_record_score_"] = score
+        self.__dict__["data_record_normalized_score_"] = normalized
 
     def __getattr__(self, name):
         # Only reached when the attribute is not set yet: a metadata column read the first time.

@@ -32,7 +32,7 @@ class CatalogNotFound(ServiceRejected):
 
 class StreamedBatchRollback(Exception):
     """A savepoint rollback asked to take back catalog entries that a large transaction (a rebuild)
-    had already sent ahead to the service in chunks (docs/decisions/0017): an append cannot take
+    had already sent ahead to the service in chunks (docs/decisions/0018): an append cannot take
     an entry back, so the rollback fails, and with it the transaction (it cannot commit)."""
 
 

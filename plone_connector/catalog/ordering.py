@@ -9,10 +9,14 @@ position differs from that (or of all children when a reorder came first and the
 
 from __future__ import annotations
 
+import functools
+
 import transaction
 from Acquisition import aq_base
 from OFS.interfaces import IObjectWillBeMovedEvent
+from plone.folder.default import DefaultOrdering
 from plone.folder.interfaces import IExplicitOrdering
+from plone.folder.partial import PartialOrdering
 from Products.CMFCore.utils import getToolByName
 from zope.component import adapter
 from zope.container.interfaces import IContainerModifiedEvent
@@ -103,6 +107,31 @@ def container_modified(event):
         return
     # Untouched so far in this transaction: a reorder; the order before it is gone.
     _touch(container, None)
+
+
+def _noticing(order_objects):
+    @functools.wraps(order_objects)
+    def orderObjects(self, key=None, reverse=None):
+        # plone.folder sorts the order in place here without any event (moveObjectsByDelta
+        # notifies IContainerModifiedEvent): note the order before it.
+        ids = _ordered_ids(self.context)
+        if ids is not None:
+            _touch(self.context, ids)
+        return order_objects(self, key, reverse)
+
+    orderObjects.noticed_by_catalog_connector = True
+    return orderObjects
+
+
+def notice_silent_reorders() -> None:
+    """Make plone.folder's ``orderObjects`` (sort by a key, or reverse) re-send the positions it
+    changes, as every other reorder does through its event. Done once per process, on import."""
+    for ordering in (DefaultOrdering, PartialOrdering):
+        if not getattr(ordering.orderObjects, "noticed_by_catalog_connector", False):
+            ordering.orderObjects = _noticing(ordering.orderObjects)
+
+
+notice_silent_reorders()
 
 
 def flush(tool=None):

@@ -26,7 +26,7 @@ class ConnectorSettings:
     resolve_after: float = 900.0
     resolve_interval: float = 60.0
     # A transaction's batch is sent ahead in appends of this many entries once it holds that many
-    # (a rebuild, an import), and the entries sent are dropped here (0: never; docs/decisions/0017).
+    # (a rebuild, an import), and the entries sent are dropped here (0: never; docs/decisions/0018).
     chunk_entries: int = 1000
     # Seconds for the commit of a batch sent ahead so (the service applies it whole, and builds
     # the catalog's indexes again after a large rebuild).

@@ -38,7 +38,7 @@ from ZPublisher import zpublish
 
 from catalog_schemas.api import SchemaUpdate, SearchRequest
 
-from . import ordering, outcomes, progress, wire
+from . import ordering, outcomes, progress, undo, wire
 from .batch import current_manager, retry_unfinished
 from .brains import BrainRecord, CatalogBrain, LazyResults
 from .cache import query_cache, transaction_memo
@@ -152,6 +152,8 @@ class ServiceCatalogTool(CatalogTool):
         and a reindex), and the service keeps one entry computed from a snapshot that lacks the
         other's change: a revoked role still finding the document, a stale order, a phantom.
         """
+        if undo.following():
+            return
         claims = self._catalog_claims
         if claims is None:
             claims = self._catalog_claims = IIBTree()
@@ -241,6 +243,7 @@ class ServiceCatalogTool(CatalogTool):
         manager = self._changing()
         self._claim(manager, key)
         manager.batch.index(key, uid, values, metadata, list(idxs) if idxs else None)
+        undo.note(self, uid)
         self._after_change(manager, pghandler)
 
     def _after_change(self, manager, pghandler=None) -> None:
@@ -267,6 +270,7 @@ class ServiceCatalogTool(CatalogTool):
         key = catalog_uid(uid)
         self._claim(manager, key)
         manager.batch.unindex(key)
+        undo.note(self, uid)
         manager.stream()
 
     @security.protected(ManageZCatalogEntries)
@@ -274,6 +278,7 @@ class ServiceCatalogTool(CatalogTool):
         """Remove every entry (in this transaction's batch, so a failed rebuild clears nothing)."""
         self._changing().batch.clear_all()
         self._hold_claims()
+        undo.note(self, None)
         if REQUEST and RESPONSE:
             RESPONSE.redirect(URL1 + "/manage_catalogAdvanced?manage_tabs_message=Catalog%20Cleared")
 
@@ -484,24 +489,41 @@ class ServiceCatalogTool(CatalogTool):
 
     # -- searching --------------------------------------------------------------------------
 
-    def _wire_query(self, query: dict) -> tuple[dict, int, int | None]:
-        """ZCatalog's query as the service reads it, and ZCatalog's batch (b_start, b_size)."""
+    def _wire_query(self, query: dict, unrestricted: bool = False) -> tuple[dict, int, int | None, int | None]:
+        """ZCatalog's query as the service reads it, and ZCatalog's batch: b_start, b_size and,
+        for a sorted query paged by sort_limit alone, where its first half ends (sort_limit_stop).
+
+        A restricted search's principals go in a header (Plone's searchResults replaces any
+        allowedRolesAndUsers of the query with them); an unrestricted one is filtered by the
+        query's own, as ZCatalog filters it.
+        """
         indexes = self._catalog.indexes
         wire_query = {}
         for key, value in query.items():
             if key in SORT_KEYS:
                 wire_query[key] = wire_query_value(value)
-            elif key in indexes and key != "allowedRolesAndUsers":
+            elif key in indexes and (unrestricted or key != "allowedRolesAndUsers"):
                 # The index object itself: a proxy (indexes[key]) costs a few us per key here.
                 wire_query[key] = wire_query_value(query_value(definition(self._catalog, key), value))
-        # Catalog._sort_limit_arguments: b_size, else sort_limit, bounds the sequence.
+        # Catalog._sort_limit_arguments: b_size, else sort_limit, bounds the sequence; without
+        # either, b_start is read but nothing is sliced.
         b_start = int(query.get("b_start", 0) or 0)
         b_size = query.get("b_size")
+        sort_limit = query.get("sort-limit")
+        if sort_limit is None:
+            sort_limit = query.get("sort_limit")
+        stop = None
         if b_size is not None:
             b_size = int(b_size)
-        elif query.get("sort_limit"):
-            b_size = int(query["sort_limit"])
-        return wire_query, b_start, b_size
+        elif sort_limit:
+            b_size = int(sort_limit)
+            # Catalog.sortResults keeps the first sort_limit results, then slices from b_start
+            # (in the first half of the result; past it, it sorts in reverse and does not cut).
+            if wire_query.get("sort_on"):
+                stop = b_size
+        else:
+            b_start = 0
+        return wire_query, b_start, b_size, stop
 
     def _own_batches(self, client) -> list[str]:
         """The staged batch of this transaction, for a read that must see its pending changes."""
@@ -523,7 +545,8 @@ class ServiceCatalogTool(CatalogTool):
         client = self._client()
         catalog_id = self.catalog_id()
         batch_ids = self._own_batches(client)
-        wire_query, b_start, b_size = self._wire_query(query)
+        unrestricted = principals is None
+        wire_query, b_start, b_size, sort_limit_stop = self._wire_query(query, unrestricted)
         page_size = client.settings.page_size
         if b_size is not None:
             page_size = max(1, min(page_size, b_size))
@@ -536,7 +559,6 @@ class ServiceCatalogTool(CatalogTool):
             cache = transaction_memo()
             counter = (tuple(batch_ids), cache.changes)
         schema = {name: i for i, name in enumerate(self._catalog.names)}
-        unrestricted = principals is None
 
         def fetch(start: int, size: int):
             key = (catalog_id, counter, principal_key, show_inactive, query_text, start, size)
@@ -571,10 +593,17 @@ class ServiceCatalogTool(CatalogTool):
 
         total, first = fetch(b_start, page_size)
         length = max(0, total - b_start) if b_size is None else max(0, min(b_size, total - b_start))
+        if sort_limit_stop is not None and not b_start > total / 2:
+            length = min(length, max(0, sort_limit_stop - b_start))
+        top_score = None
+        if first and first[0].score is not None:
+            # Normalized scores are relative to the result's best, which leads its first page.
+            best = first if b_start == 0 else fetch(0, 1)[1]
+            top_score = best[0].score if best else first[0].score
         tool = self
 
         def wrap(record):
-            return CatalogBrain(record, schema).__of__(tool)
+            return CatalogBrain(record, schema, top_score).__of__(tool)
 
         def fetch_page(start, size):
             return fetch(b_start + start, size)[1]

@@ -51,12 +51,12 @@ class Settings(BaseSettings):
     max_text_length: int = 1000
     # Entries of one batch request (a staging or an append, converted in memory at once), and of
     # a staged batch in all, the union of its appends (rows in PostgreSQL): a rebuild of a large
-    # site streams its entries in appends of a few thousand (docs/decisions/0017).
+    # site streams its entries in appends of a few thousand (docs/decisions/0018).
     max_batch_entries: int = 100000
     max_staged_entries: int = Field(default=10_000_000, ge=1)
     # A clear batch of at least this many entries (a rebuild) commits with the catalog's secondary
     # indexes dropped, and builds them again inside its commit (0 never): queries of the catalog
-    # wait for that commit meanwhile (docs/decisions/0017). Its statements may run this many
+    # wait for that commit meanwhile (docs/decisions/0018). Its statements may run this many
     # seconds (a batch of at least that size, clear or not; 0: no limit), not statement_timeout.
     bulk_commit_entries: int = Field(default=20_000, ge=0)
     bulk_statement_timeout: float = Field(default=3600.0, ge=0)

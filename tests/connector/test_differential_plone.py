@@ -12,6 +12,7 @@ from DateTime import DateTime
 from plone import api
 from plone.app.querystring.querybuilder import QueryBuilder
 from plone.restapi.search.handler import SearchHandler
+from Products.ZCatalog.plan import PriorityMap
 
 from tests.connector.sites import CONNECTED, SITES, STOCK, delete_from, on_site
 
@@ -54,7 +55,18 @@ def catalog_queries(site):
         ("folders", {"is_folderish": True, "path": base, "sort_on": "sortable_title"}, True),
         ("limited", {"path": base, "sort_on": "sortable_title", "sort_limit": 3}, True),
         ("batched", {"path": base, "sort_on": "sortable_title", "b_start": 2, "b_size": 3}, True),
+        # ZCatalog ignores a b_start without b_size or sort_limit.
+        ("start alone", {"path": base, "sort_on": "sortable_title", "b_start": 2}, True),
+        ("start alone unsorted", {"path": base, "b_start": 2}, False),
+        # Sorted, capped at sort_limit, then from b_start (from the second half: sort_limit from b_start).
+        ("limited from start", {"path": base, "sort_on": "sortable_title", "sort_limit": 4, "b_start": 1}, True),
+        ("limited past the limit", {"path": base, "sort_on": "sortable_title", "sort_limit": 2, "b_start": 3}, True),
+        ("limited second half", {"path": base, "sort_on": "sortable_title", "sort_limit": 2, "b_start": 5}, True),
     ]
+
+
+# Principals an unrestricted search may filter by itself (ZCatalog applies them as a query term).
+UNRESTRICTED_PRINCIPALS = (["Anonymous"], ["user:member"], ["Manager"], ["user:member", "Anonymous"])
 
 
 def querystring_queries():
@@ -72,9 +84,27 @@ def answers(name: str, user: str | None) -> dict:
     found = {}
     with on_site(name, user=user, commit=False) as site:
         catalog = site.portal_catalog
+        base = "/".join(site.getPhysicalPath()) + "/" + ROOT
         for label, query, ordered in catalog_queries(site):
             brains = catalog(**query)
             found[label] = (rows(site, brains, ordered), brains.actual_result_count)
+        if user is None:  # an unrestricted search does not depend on the user
+            for principals in UNRESTRICTED_PRINCIPALS:
+                for search in (catalog.unrestrictedSearchResults, catalog._unrestrictedSearchResults):
+                    brains = search(allowedRolesAndUsers=principals, path=base)
+                    found[f"{search.__name__} {principals}"] = (rows(site, brains, False),
+                                                                brains.actual_result_count)
+        # ZCatalog's scores: relevance, plus one per index intersected (doubled by effectiveRange),
+        # normalized to 0-100 from the best of the whole result, also on a later page; 1 unranked.
+        # The indexes apply in a fresh catalog's order (ZCatalog learns another one from their
+        # timings, docs/decisions/0003): forget what was learned.
+        for label, query in (("scores", {"SearchableText": "alpha", "path": base}),
+                             ("scores of a page", {"SearchableText": "alpha OR document", "path": base,
+                                                   "portal_type": ["Document", "News Item", "Folder"],
+                                                   "b_start": 1, "b_size": 2}),
+                             ("unranked scores", {"path": base})):
+            PriorityMap.clear()
+            found[label] = sorted((b.data_record_score_, b.data_record_normalized_score_) for b in catalog(**query))
         container = site[ROOT]
         request = site.REQUEST
         for i, query in enumerate(querystring_queries()):
@@ -195,3 +225,16 @@ def test_same_answers_through_a_site_life(removed_afterwards):
 
     on_both(copy_and_delete)
     assert_same_answers("copied, deleted")
+
+    def order_by_title(site):
+        # plone.folder's orderObjects fires no event; ZCatalog reads the new positions anyway.
+        site[ROOT].orderObjects("Title")
+
+    on_both(order_by_title)
+    assert_same_answers("ordered by title")
+
+    def order_reversed(site):
+        site[ROOT].orderObjects(reverse=True)
+
+    on_both(order_reversed)
+    assert_same_answers("order reversed")

@@ -1,4 +1,4 @@
-"""Rebuilds of sites larger than one batch request (docs/decisions/0017).
+"""Rebuilds of sites larger than one batch request (docs/decisions/0018).
 
 The connector's site is rebuilt against a second service process on the same database whose
 CATALOG_MAX_BATCH_ENTRIES is lower than the site's number of objects, so one staging of the whole

@@ -508,10 +508,11 @@ class ServiceCatalog:
         if response.status_code >= 300:
             raise AssertionError(f"indexing batch: {response.status_code} {response.text}")
 
-    def query(self, query: dict[str, Any]) -> tuple[int, Any]:
+    def query(self, query: dict[str, Any], batch_ids: list[str] = ()) -> tuple[int, Any]:
+        """Run ``query``; with ``batch_ids``, over the catalog as those staged batches leave it."""
         response = self.client.post(
             f"/catalogs/{self.id}/query",
-            json={"query": query},
+            json={"query": query, "batch_ids": list(batch_ids)},
             headers={"X-Catalog-Unrestricted": "1"},
         )
         try:

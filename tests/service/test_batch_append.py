@@ -242,7 +242,7 @@ def test_an_append_and_a_commit_of_one_batch_are_ordered(db):
 
 def test_a_large_clear_batch_commits_with_its_indexes_built_again(db):
     """A rebuild streams its entries in appends, each within the per-request limit, and commits
-    them as one clear batch (docs/decisions/0017). From Bulk.entries on, the commit drops the
+    them as one clear batch (docs/decisions/0018). From Bulk.entries on, the commit drops the
     catalog's secondary indexes and builds them again: the catalog ends with every index, valid,
     and the same content and text statistics as the same batch committed with its indexes in
     place."""

@@ -192,6 +192,14 @@ EDGE_QUERIES = {
         "b_start": 2,
         "b_size": 5,
     },
+    # Regression: sort_limit with b_start and no b_size caps the sorted result at sort_limit,
+    # then starts at b_start (Catalog._sort_limit_arguments + sortResults)...
+    "sort-limit-start-no-size": {"path": "/plone", "sort_on": "sortable_title", "sort_limit": 5, "b_start": 3},
+    "sort-limit-start-past-limit": {"path": "/plone", "sort_on": "sortable_title", "sort_limit": 2, "b_start": 3},
+    # ...except from the second half, where the reversed sort takes sort_limit items from b_start.
+    "sort-limit-start-second-half": {"path": "/plone", "sort_on": "sortable_title", "sort_limit": 3, "b_start": 12},
+    # Unsorted, sort_limit is the page size from b_start.
+    "sort-limit-start-unsorted": {"path": "/plone", "sort_limit": 3, "b_start": 2},
     # b_start / b_size, including past the end.
     "batch-first": {"path": "/plone", "sort_on": "sortable_title", "b_start": 0, "b_size": 5},
     "batch-near-end": {"path": "/plone", "sort_on": "sortable_title", "b_start": 12, "b_size": 5},
@@ -288,3 +296,29 @@ def test_edge_case(corpus, query):
     status, body = catalog.query(query_to_wire(query))
     problem = compare(oracle, query, status, body, {obj.uid: obj.path for obj in CORPUS})
     assert problem is None, problem
+
+
+# ZCatalog's score: the text indexes' scores, plus one per other index whose set it intersects.
+SCORED_QUERIES = {
+    "text-alone": {"SearchableText": "plone"},
+    "text-and-path": {"SearchableText": "plone", "path": "/plone"},
+    "text-three-sets": {"SearchableText": "plone OR ueber", "path": "/plone",
+                        "portal_type": ["Document", "Folder", "News Item"],
+                        "effectiveRange": T("2031-01-01T00:00:00+00:00")},
+    "two-texts-and-a-set": {"SearchableText": "plone", "Title": "uber OR first", "path": "/plone"},
+    "text-page": {"SearchableText": "plone OR news", "path": "/plone", "b_start": 1, "b_size": 2},
+    "text-range-between-sets": {"SearchableText": "plone", "Subject": "Plone", "effectiveRange": T("2031-01-01T00:00:00+00:00"),
+                                "path": "/plone"},
+    "text-not-only-nothing-held": {"SearchableText": "plone", "portal_type": {"not": "Nope"}},
+}
+
+
+@pytest.mark.parametrize("query", SCORED_QUERIES.values(), ids=SCORED_QUERIES.keys())
+def test_scores_are_zcatalogs(corpus, query):
+    oracle, catalog = corpus
+    want = oracle.run(query)
+    assert want.scores, "the query must score something"
+    status, body = catalog.query(query_to_wire(query))
+    assert status == 200, body
+    got = {item["uid"]: item["score"] for item in body["items"]}
+    assert got == dict(zip(want.uids, want.scores, strict=True))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from catalog_schemas.api import IndexDeclaration
 
 from ..errors import BadRequest
-from .base import MISSING, BadValue, Index, IndexQuery, QueryContext
+from .base import MISSING, BadValue, Index, IndexQuery, QueryContext, RowsOverlay
 from .dateindex import DateIndex, DateRecurringIndex
 from .path import ExtendedPathIndex, PathIndex
 from .simple import BooleanIndex, DateRangeIndex, GopipIndex
@@ -40,4 +40,4 @@ def make_index(decl: IndexDeclaration) -> Index:
     return cls(decl)
 
 
-__all__ = ["INDEX_TYPES", "MISSING", "BadValue", "Index", "IndexQuery", "QueryContext", "make_index"]
+__all__ = ["INDEX_TYPES", "MISSING", "BadValue", "Index", "IndexQuery", "QueryContext", "RowsOverlay", "make_index"]

@@ -66,6 +66,17 @@ class IndexQuery:
         return self.options.get(option, default)
 
 
+@dataclass(frozen=True)
+class RowsOverlay:
+    """The rows a query over staged batches sees (``source``), and as subqueries (each with a
+    ``text`` column) the committed rows the batches hide and the staged rows they show: a
+    statistic of ``source`` is the committed one, less the hidden rows', plus the shown rows'."""
+
+    source: str
+    hidden: str
+    shown: str
+
+
 @dataclass
 class QueryContext:
     """What a condition may need besides its own query part."""
@@ -78,6 +89,12 @@ class QueryContext:
     # The caller's security conditions over another row alias: a condition that probes other rows
     # than the result row (``exists (select 1 from {table} x ...)``) must apply them to ``x``.
     visible: Callable[[str], list[str]] = lambda row: []
+    # Set when the query names staged batches: the catalog-wide statistics (a text index's lexicon
+    # and Okapi counts) are the committed ones overlaid with the batches' rows.
+    overlay: RowsOverlay | None = None
+    # CTEs (name -> body) a condition or score needs; the planner puts them, materialized, before
+    # the statement that uses them (the page).
+    ctes: dict[str, str] = field(default_factory=dict)
 
     def visible_sql(self, row: str) -> str:
         return " and ".join(["true", *self.visible(row)])

@@ -38,6 +38,9 @@ CELLS_SUFFIX = "#cells"
 # match is scored.
 MAX_GLOB_CELL_WORDS = 16
 CELL_READ_FACTOR = 25
+# The CTE of a statement over staged batches that holds the text of the rows they change: -1 for a
+# committed row they hide, 1 for a row of theirs they show (QueryContext.ctes).
+STAGED_TEXT = "staged_text"
 
 
 @dataclass(frozen=True)
@@ -116,8 +119,31 @@ class ZCTextIndex(Index):
             "mean": f"(select st.words::float8 / nullif(st.docs, 0) {stats})",
             "len": f"jsonb_array_length({self.json})",
             "cat": cat,
+            "staged": None,
         }
+        if ctx.overlay is not None:
+            # Over staged batches, the statistics ZCatalog's OkapiIndex would have after indexing
+            # them: the committed counts, less the hidden rows', plus the shown rows'. Those rows
+            # are read once, into a CTE of the statement, which every statistic reads.
+            env["staged"] = STAGED_TEXT
+            ctx.ctes[STAGED_TEXT] = (f"select -1 as sign, h.text from {ctx.overlay.hidden} h "
+                                     f"union all select 1, s.text from {ctx.overlay.shown} s")
+            docs = self._overlaid(f"(select st.docs {stats})", "sum(r.sign)")
+            words = self._overlaid(f"(select st.words {stats})", f"sum(r.sign * jsonb_array_length({self._words('r')}))")
+            env["n"] = docs
+            env["mean"] = f"({words}::float8 / nullif({docs}, 0))"
         return self._score(parse_query(text), ctx, env)
+
+    def _words(self, row: str) -> str:
+        """The row's word sequence, or null where it has none (so that no set function fails on a
+        value that is not an array)."""
+        return f"(case when jsonb_typeof({row}.text->{self.key}) = 'array' then {row}.text->{self.key} end)"
+
+    def _overlaid(self, committed: str, aggregate: str, where: str = "true") -> str:
+        """``committed`` (null: 0) plus ``aggregate`` over the rows of STAGED_TEXT (alias ``r``,
+        ``r.sign`` -1 for a hidden row, 1 for a shown one) that have a word sequence and ``where``."""
+        return (f"(coalesce({committed}, 0) + (select coalesce({aggregate}, 0) from {STAGED_TEXT} r "
+                f"where {self._words('r')} is not null and {where}))")
 
     def best_cells(self, q: IndexQuery, ctx: QueryContext, want: Callable[[], str]) -> BestCells | None:
         """SQL for the score cells that can hold the best documents of a one-word or one-glob query.
@@ -179,8 +205,19 @@ class ZCTextIndex(Index):
                 f"{df_sql}, {env['mean']})")
 
     def _df(self, word_sql: str, env: dict) -> str:
-        return (f"(select l.df from catalog_lexicon l where l.catalog_id = {env['cat']} "
-                f"and l.index_name = {self.key} and l.word = {word_sql})")
+        committed = (f"(select l.df from catalog_lexicon l where l.catalog_id = {env['cat']} "
+                     f"and l.index_name = {self.key} and l.word = {word_sql})")
+        if env["staged"] is None:
+            return committed
+        return self._overlaid(committed, "sum(r.sign)", f"(r.text->{self.key} ? {word_sql})")
+
+    def _df_changes(self, words_sql: str) -> str:
+        """How the staged batches change the document frequency of each of ``words_sql`` (a text
+        array), as a JSON object word -> change, in one read of STAGED_TEXT (not one per word)."""
+        return (f"(select coalesce(jsonb_object_agg(d.word, d.n), '{{}}') from (select w.word, sum(r.sign) as n "
+                f"from {STAGED_TEXT} r, lateral (select distinct e collate \"C\" as word "
+                f"from jsonb_array_elements_text({self._words('r')}) e) w where w.word = any({words_sql}) "
+                f"group by w.word) d)")
 
     def _score(self, node, ctx: QueryContext, env: dict) -> str:
         p = ctx.params
@@ -195,11 +232,20 @@ class ZCTextIndex(Index):
                     parts.append(self._word_score(w, self._df(w, env), env))
                 return f"(case when {self._node(node, ctx)} then {' + '.join(parts)} else 0 end)"
             case Glob():
-                matches = self._glob_words(node, ctx)
-                return (f"(select coalesce(sum(catalog_okapi(catalog_word_count({self.json}, g.word), {env['len']}, "
-                        f"{env['n']}, l.df, {env['mean']})), 0)::integer from unnest({matches}) g(word) "
-                        f"join catalog_lexicon l on l.catalog_id = {env['cat']} and l.index_name = {self.key} "
-                        f"and l.word = g.word where {self.json} ? g.word)")
+                matches = self._glob_words(node, ctx, shown=env["staged"] and f"(select * from {STAGED_TEXT} where sign = 1)")
+                if env["staged"] is None:
+                    return (f"(select coalesce(sum(catalog_okapi(catalog_word_count({self.json}, g.word), "
+                            f"{env['len']}, {env['n']}, l.df, {env['mean']})), 0)::integer from unnest({matches}) "
+                            f"g(word) join catalog_lexicon l on l.catalog_id = {env['cat']} "
+                            f"and l.index_name = {self.key} and l.word = g.word where {self.json} ? g.word)")
+                # Words only the staged rows hold are in no committed lexicon row. The changes are
+                # one InitPlan for the statement, not a read per result row.
+                changes = self._df_changes(matches)
+                df = f"(coalesce(l.df, 0) + coalesce(({changes} ->> g.word)::bigint, 0))"
+                return (f"(select coalesce(sum(catalog_okapi(catalog_word_count({self.json}, g.word), "
+                        f"{env['len']}, {env['n']}, {df}, {env['mean']})), 0)::integer from unnest({matches}) "
+                        f"g(word) left join catalog_lexicon l on l.catalog_id = {env['cat']} "
+                        f"and l.index_name = {self.key} and l.word = g.word where {self.json} ? g.word)")
             case And(children):
                 parts = [self._score(c, ctx, env) for c in children if not isinstance(c, Not)]
                 return f"(case when {self._node(node, ctx)} then {' + '.join(parts)} else 0 end)"
@@ -207,21 +253,35 @@ class ZCTextIndex(Index):
                 return "(" + " + ".join(self._score(c, ctx, env) for c in children) + ")"
         raise QueryError(f"unsupported text query node {node!r}")
 
-    def _glob_words(self, glob: Glob, ctx: QueryContext, limit: int | None = None) -> str:
+    def _glob_words(self, glob: Glob, ctx: QueryContext, limit: int | None = None, shown: str | None = None) -> str:
+        """The lexicon words ``glob`` matches, as a text array. Over staged batches, the words of
+        their shown rows (``shown`` if given, a subquery with a ``text`` column) too: ZCatalog's
+        lexicon has them as soon as they are indexed. (The
+        words of rows they hide are in the committed lexicon, which, like ZCatalog's, forgets no
+        word; a word no document holds adds nothing.)"""
         p = ctx.params
         prefix = glob.prefix
-        bounds = [f"l.word >= {p.add(prefix, 'text')}"]
-        upper = _upper_bound(prefix)
-        if upper is not None:
-            bounds.append(f"l.word < {p.add(upper, 'text')}")
-        like = glob.like_pattern
-        if like is not None:
-            bounds.append(f"l.word like {p.add(like, 'text')}")
-        else:
-            bounds.append(f"starts_with(l.word, {p.add(prefix, 'text')})")
-        return (f"array(select l.word from catalog_lexicon l where l.catalog_id = "
-                f"{p.add(ctx.catalog_id, 'integer')} and l.index_name = {self.key} and "
-                f"{' and '.join(bounds)}{'' if limit is None else f' limit {int(limit)}'})")
+
+        def bounds(word: str) -> str:
+            found = [f"{word} >= {p.add(prefix, 'text')}"]
+            upper = _upper_bound(prefix)
+            if upper is not None:
+                found.append(f"{word} < {p.add(upper, 'text')}")
+            like = glob.like_pattern
+            if like is not None:
+                found.append(f"{word} like {p.add(like, 'text')}")
+            else:
+                found.append(f"starts_with({word}, {p.add(prefix, 'text')})")
+            return " and ".join(found)
+
+        committed = bounds("l.word")
+        words = (f"select l.word from catalog_lexicon l where l.catalog_id = "
+                 f"{p.add(ctx.catalog_id, 'integer')} and l.index_name = {self.key} and {committed}")
+        if ctx.overlay is not None:
+            # "C"-collated as the lexicon's words, so that the bounds compare the same way.
+            words += (f" union select w.word from {shown or ctx.overlay.shown} r, lateral (select e collate \"C\" as word "
+                      f"from jsonb_array_elements_text({self._words('r')}) e) w where {bounds('w.word')}")
+        return f"array({words}{'' if limit is None else f' limit {int(limit)}'})"
 
     def cells_sql(self, row: str | None = "o") -> str:
         """The row's cells: a JSON array the batch code stores next to the words (text/cells.py),

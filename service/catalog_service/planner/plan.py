@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import LimitExceeded, QueryError
-from ..indexes import Index, IndexQuery, QueryContext
+from ..indexes import Index, IndexQuery, QueryContext, RowsOverlay
 from ..indexes.simple import DateRangeIndex
 from ..indexes.text import ZCTextIndex
 from .sql import Params, all_of
@@ -84,6 +84,24 @@ class SearchPlan:
     plain_below: int = 0
     precheck_sql: str = ""
     precheck_params: list[Any] = field(default_factory=list)
+    # A sorted query paged by sort_limit alone from a b_start: ZCatalog keeps only the first
+    # ``sort_limit_stop`` results, then starts at b_start, unless b_start lies past half of the
+    # total (then it sorts in reverse and gives sort_limit results from b_start). The page's SQL
+    # reads the longer slice; the executor cuts it once the total is known (first_half_page).
+    sort_limit_stop: int | None = None
+    # ZCatalog's score: the text indexes' scores (the SQL's ``score``, which the page is ordered
+    # by) times ``score_factor`` plus ``score_offset`` (zcatalog_score).
+    score_factor: int = 1
+    score_offset: int = 0
+
+    def zcatalog_score(self, score: int | None) -> int | None:
+        return None if score is None else score * self.score_factor + self.score_offset
+
+    def first_half_page(self, rows: list, total: int) -> list:
+        """``rows`` as ZCatalog's sorted page, given the total (Catalog.sortResults)."""
+        if self.sort_limit_stop is None or self.b_start > total / 2:
+            return rows
+        return rows[:max(0, self.sort_limit_stop - self.b_start)]
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -200,7 +218,8 @@ def plan_search(
     if not isinstance(query, dict):
         raise QueryError("a query is a mapping of index names to values")
     params = Params()
-    source = rows_source(schema, batch_ids, params)
+    overlay = rows_overlay(schema, batch_ids, params)
+    source = overlay.source
     index_names = []
     ignored = []
     for key, value in query.items():
@@ -249,7 +268,7 @@ def plan_search(
 
     ctx = QueryContext(params=params, catalog_id=schema.catalog_id, table=source,
                        applied=application_order([n for n in applied if n in schema.indexes], schema),
-                       visible=visible)
+                       visible=visible, overlay=overlay if batch_ids else None)
 
     text_conditions: dict[str, str] = {}
 
@@ -274,10 +293,21 @@ def plan_search(
     # before it left some result (Catalog.search stops at the first empty one).
     conditions: list[str] = []
     order = ctx.applied + [n for n in (SECURITY_INDEX, EFFECTIVE_INDEX) if n not in ctx.applied]
+    # Catalog.search intersects each index's answer with the result so far, text indexes first:
+    # weightedIntersection adds their scores, and adds 1 for an index answering a set (its
+    # members weigh 1); a DateRangeIndex answers the result so far minus what it excludes, scores
+    # kept, so the sum doubles them.
+    score_factor, score_offset = 1, 0
     for name in order:
         used = len(params.values)
         try:
-            conditions.extend(conditions_of(name))
+            found = conditions_of(name)
+            conditions.extend(found)
+            index = schema.indexes.get(name)
+            if found and isinstance(index, DateRangeIndex):
+                score_factor, score_offset = 2 * score_factor, 2 * score_offset
+            elif found and not isinstance(index, ZCTextIndex):
+                score_offset += 1
         except QueryError as exc:
             if not conditions:
                 raise
@@ -320,8 +350,11 @@ def plan_search(
     sort_limit = _int_option(query, "sort-limit", None)
     if sort_limit is None:
         sort_limit = _int_option(query, "sort_limit", None)
+    sort_limit_stop = None
     if size is None and sort_limit:
         size = sort_limit
+        if sort:
+            sort_limit_stop = sort_limit
     # ZCatalog reads b_start always but slices only with a batch size: alone it changes nothing.
     query_start = _int_option(query, "b_start", 0)
     start = b_start if b_start is not None else (query_start if size is not None else 0)
@@ -339,7 +372,10 @@ def plan_search(
     offset_p = params.add(start, "bigint")
     # The page alone: ORDER BY + LIMIT can walk a sort index and stop early, and PostgreSQL
     # computes the metadata text only for the rows of the page. The total is count_sql.
-    sql = (f"select o.rid, o.uid, o.path, {meta_sql} as meta, {score_sql} as score "
+    # Only scores add CTEs (text statistics over staged batches), and only the page has scores.
+    ctes = "".join(f"{name} as materialized ({body}), " for name, body in ctx.ctes.items())
+    sql = (f"{'with ' + ctes[:-2] + ' ' if ctes else ''}"
+           f"select o.rid, o.uid, o.path, {meta_sql} as meta, {score_sql} as score "
            f"from {source} o where {where} order by {', '.join(order_terms)} "
            f"limit {limit_p} offset {offset_p}")
     plain_sql, plain_below = "", 0
@@ -355,7 +391,9 @@ def plan_search(
             plain_below = 4 * (start + limit) + limits.relevance_candidates
     return SearchPlan(sql=sql, params=params.values, count_sql=count_sql,
                       b_start=start, b_size=size, empty=not applied, ignored=ignored,
-                      plain_sql=plain_sql, plain_below=plain_below)
+                      plain_sql=plain_sql, plain_below=plain_below,
+                      sort_limit_stop=sort_limit_stop if start else None,
+                      score_factor=score_factor, score_offset=score_offset)
 
 
 def _from_best_cells(sql: str, cells, where: str, source: str, meta_sql: str, score_sql: str,
@@ -395,8 +433,16 @@ COLUMNS = "rid, uid, path, parent, depth, allowed, idx, text, meta"
 
 def rows_source(schema: CatalogSchema, batch_ids, params: Params) -> str:
     """The catalog's rows, or the rows as the named staged batches would leave them."""
+    return rows_overlay(schema, batch_ids, params).source
+
+
+def rows_overlay(schema: CatalogSchema, batch_ids, params: Params) -> RowsOverlay:
+    """The rows as the named staged batches would leave them (``source``), and the two parts that
+    differ from the committed rows: the committed rows they hide (``hidden``: replaced, removed or
+    wiped by a clear) and their own rows that are shown (``shown``). ``source`` is the committed
+    rows less ``hidden``, plus ``shown``; text statistics are overlaid the same way."""
     if not batch_ids:
-        return schema.table
+        return RowsOverlay(source=schema.table, hidden="", shown="")
     cat = params.add(schema.catalog_id, "integer")
     batches = params.add(list(batch_ids), "text[]")
     # A staged clear batch wipes the catalog before its own entries: the committed rows older than
@@ -405,13 +451,19 @@ def rows_source(schema: CatalogSchema, batch_ids, params: Params) -> str:
                   f"where b.catalog_id = {cat} and b.batch_id = any({batches}) and b.clear)")
     clear_version = (f"(select b.version from catalog_batch b where b.catalog_id = {cat} "
                      f"and b.batch_id = ({batches})[{last_clear}])")
-    return (
-        f"(select {COLUMNS} from {schema.table} t where ({last_clear} is null or t.version >= {clear_version}) "
-        f"and not exists "
-        f"(select 1 from catalog_staged s where s.catalog_id = {cat} and s.batch_id = any({batches}) "
-        f"and s.uid = t.uid) "
-        f"union all select {COLUMNS} from (select distinct on (s.uid) s.op, {COLUMNS} "
-        f"from catalog_staged s where s.catalog_id = {cat} and s.batch_id = any({batches}) "
-        f"and array_position({batches}, s.batch_id) >= coalesce({last_clear}, 0) "
-        f"order by s.uid, array_position({batches}, s.batch_id) desc, s.seq desc) s where s.op = 'index')"
-    )
+    kept = f"({last_clear} is null or t.version >= {clear_version})"
+    staged = f"catalog_staged s where s.catalog_id = {cat} and s.batch_id = any({batches})"
+    shown = (f"(select {COLUMNS} from (select distinct on (s.uid) s.op, {COLUMNS} "
+             f"from {staged} "
+             f"and array_position({batches}, s.batch_id) >= coalesce({last_clear}, 0) "
+             f"order by s.uid, array_position({batches}, s.batch_id) desc, s.seq desc) s where s.op = 'index')")
+    source = (f"(select {COLUMNS} from {schema.table} t where {kept} and not exists "
+              f"(select 1 from {staged} and s.uid = t.uid) "
+              f"union all select {COLUMNS} from {shown} s)")
+    # The complement of the committed part of ``source``, in two branches that each read only what
+    # they hide: the wiped rows (none read without a staged clear: the gate is an InitPlan), and
+    # the kept rows of the staged objects (by key).
+    hidden = (f"(select t.text from {schema.table} t where {last_clear} is not null and {kept} is not true "
+              f"union all select t.text from {schema.table} t where {kept} and t.catalog_id = {cat} "
+              f"and t.uid in (select s.uid from {staged}))")
+    return RowsOverlay(source=source, hidden=hidden, shown=shown)

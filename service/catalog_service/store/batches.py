@@ -450,7 +450,7 @@ async def _count_text(conn: asyncpg.Connection, catalog: Catalog) -> None:
 
 @dataclass(frozen=True)
 class Bulk:
-    """How a large batch commits (Settings.bulk_commit_entries, docs/decisions/0017): from
+    """How a large batch commits (Settings.bulk_commit_entries, docs/decisions/0018): from
     ``entries`` entries on (0: never), its statements may run ``statement_timeout`` seconds (0: no
     limit), and a clear batch drops the catalog's secondary indexes and builds them again at the
     end, with ``memory`` as maintenance_work_mem."""
@@ -575,7 +575,7 @@ async def _bulk_begin(conn: asyncpg.Connection, catalog: Catalog, batch, bulk: B
     drop the catalog's secondary indexes too (inside this transaction: an abort brings them
     back) and return their create statements, built again by ``_bulk_build``. The drop takes the
     partition's ACCESS EXCLUSIVE lock, so queries of the catalog wait for this commit
-    (docs/decisions/0017): the price of loading without some thirty index updates per row."""
+    (docs/decisions/0018): the price of loading without some thirty index updates per row."""
     if bulk is None or not bulk.applies(batch["entries"]):
         return []
     await conn.execute(f"set local statement_timeout = {int(bulk.statement_timeout * 1000)}")

@@ -293,10 +293,12 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
         head = _head(rows, catalog)
     else:
         rows, head = await _page_and_total(conn, catalog, plan, request, limits, counts)
+        rows = plan.first_half_page(rows, head["total"])
     hits = [r for r in rows if r["rid"] is not None]
     complete = request.after_batch is None or head["batch_state"] == "committed"
     items = [
-        {"rid": r["rid"], "uid": r["uid"], "path": r["path"], "score": r["score"],
+        {"rid": r["rid"], "uid": r["uid"], "path": r["path"],
+         "score": plan.zcatalog_score(r["score"]),
          "metadata": orjson.Fragment(r["meta"])}
         for r in hits
     ]
