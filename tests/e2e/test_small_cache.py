@@ -22,7 +22,8 @@ import ZODB
 from plone.app.testing import PLONE_FIXTURE, SITE_OWNER_NAME, PloneSandboxLayer
 from plone.app.testing import login as plone_login
 from plone.app.testing import logout as plone_logout
-from plone.testing import zope
+from plone.testing import zodb, zope
+from ZODB.DemoStorage import DemoStorage
 from zope.component.hooks import setSite
 from zope.globalrequest import setRequest
 
@@ -55,6 +56,17 @@ class SmallCacheLayer(PloneSandboxLayer):
         self.loadZCML(package=plone.classicui)
         self.loadZCML(package=plone.restapi)
         self.loadZCML(package=plone_connector)
+
+
+    def setUp(self):
+        # PloneSandboxLayer stacks a DemoStorage on whatever database is on top (another layer of
+        # this session, such as the JSONB layer), and a DemoStorage closes its base when it is
+        # closed: this layer's tear-down would close that layer's storage under it.
+        def stacked(db=None, name=None):
+            return ZODB.DB(DemoStorage(name=name, base=db.storage, close_base_on_close=False))
+
+        with mock.patch.object(zodb, "stackDemoStorage", stacked):
+            super().setUp()
 
 
 SMALL_CACHE_LAYER = SmallCacheLayer(name="SmallCacheLayer")
