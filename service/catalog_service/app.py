@@ -152,8 +152,9 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         path = scope["path"].rstrip("/")
-        # Index batches, and appends to them (a rebuild's chunks of a thousand entries).
-        batch = scope["method"] == "POST" and (path.endswith("/batches") or (
+        # Index batches, appends to them (a rebuild's chunks of a thousand entries), and the
+        # entries verify compares (chunks of the same kind).
+        batch = scope["method"] == "POST" and (path.endswith(("/batches", "/verify")) or (
             path.endswith("/append") and "/batches/" in path))
         limit = self.settings.max_batch_body_size if batch else self.settings.max_body_size
         detail = f"request body larger than {limit} bytes"

@@ -9,6 +9,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import orjson
 import pytest
 
 from catalog_schemas.api import CatalogCreate, IndexDeclaration
@@ -181,6 +182,28 @@ def test_older_version_never_replaces_newer(admin, catalog):
     assert query(admin, name, {"portal_type": ["Document", "News Item"]})["items_total"] == 0
     commit(admin, name, [entry("a", "/plone/a", version=8)])
     assert query(admin, name, {"portal_type": "Document"})["items_total"] == 1
+
+
+def test_appends_and_verify_take_the_batch_body_limit(admin, catalog):
+    """A rebuild's appends and verify's chunks carry index entries as a batch does: they get the
+    batch body limit (CATALOG_MAX_BATCH_BODY_SIZE), not the 1 MiB of other requests (a chunk of a
+    thousand entries with their text passes 1 MiB on real sites)."""
+    name, _ = catalog
+    text = "gartenzwerg " * 500  # 6 KB a document: 200 of them are over 1 MiB
+    entries = [entry(f"u{n}", f"/plone/u{n}", text=text) for n in range(200)]
+    assert len(orjson.dumps({"entries": entries})) > 1 << 20
+    r = admin.post(f"/catalogs/{name}/batches?stage=true", json={"batch_id": "big", "entries": entries[:1]})
+    assert r.status_code == 200, r.text
+    r = admin.post(f"/catalogs/{name}/batches/big/append", json={"entries": entries[1:] + entries[:1]})
+    assert r.status_code == 200, r.text
+    assert admin.post(f"/catalogs/{name}/batches/big/commit").json()["state"] == "committed"
+    assert query(admin, name, {"portal_type": "Document"}, b_size=1)["items_total"] == 200
+    r = admin.post(f"/catalogs/{name}/verify", json={"entries": entries})
+    assert r.status_code == 200, r.text
+    assert not any(result["missing"] or result["indexes"] for result in r.json()["results"].values())
+    # Other requests keep the small limit.
+    r = admin.post(f"/catalogs/{name}/query", json={"query": {"SearchableText": text * 200}})
+    assert r.status_code == 413 and r.headers["content-type"] == "application/problem+json"
 
 
 def test_two_phase_batch_visibility(admin, catalog):
