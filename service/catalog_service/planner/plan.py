@@ -50,6 +50,9 @@ class Limits:
     relevance_candidates: int = 100
     # That page's statement runs with a generic plan, kept per connection (store/search.py).
     relevance_generic_plan: bool = True
+    # Facet counts (planner/facets.py): facets per search, values listed per facet.
+    max_facets: int = 16
+    max_facet_values: int = 1000
 
 
 @dataclass(frozen=True)
