@@ -193,6 +193,16 @@ class BatchResolver(Model):
     by: Literal["client", "service"]
 
 
+class FacetRequest(Model):
+    """Count the objects of the whole result per value of one index (docs/api.md, Facets)."""
+
+    index: str = Field(pattern=NAME_PATTERN)
+    # How many values to list, most frequent first (``sort``: "count") or in value order
+    # ("value"); None: the service's default (100). 0 lists none, ``distinct`` still counts them.
+    limit: int | None = Field(default=None, ge=0, le=1000)
+    sort: Literal["count", "value"] = "count"
+
+
 class SearchRequest(Model):
     """A ZCatalog query as Plone sends it, plus the page to return.
 
@@ -215,6 +225,8 @@ class SearchRequest(Model):
     # catalog counter in ZODB). If the service has not committed it yet, the answer says
     # ``complete: false``: it is correct for an older state only and must not be cached.
     after_batch: str | None = Field(default=None, max_length=200)
+    # Facet counts to return with the page: index names, or FacetRequests for a limit or order.
+    facets: list[str | FacetRequest] = Field(default_factory=list, max_length=16)
 
 
 class Brain(BaseModel):
@@ -225,6 +237,20 @@ class Brain(BaseModel):
     score: int | None = None
 
 
+class FacetValue(Model):
+    # The index value as plain JSON (a string, number or boolean; one keyword of a KeywordIndex).
+    value: Any
+    # Objects of the whole result (the caller's security and effective-date filter applied) that
+    # the query would find with ``index=value`` in place of its own condition on the index.
+    count: int
+
+
+class FacetCounts(Model):
+    values: list[FacetValue]
+    # How many values have a count above zero (more than ``values`` holds when the limit cut it).
+    distinct: int
+
+
 class SearchResult(Model):
     items_total: int
     b_start: int
@@ -233,6 +259,8 @@ class SearchResult(Model):
     counter: int
     # False when ``after_batch`` is not committed in the catalog yet.
     complete: bool = True
+    # Only when the request asked for facets: per index, in the order asked.
+    facets: dict[str, FacetCounts] | None = None
 
 
 class UniqueValues(Model):

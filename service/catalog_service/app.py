@@ -19,7 +19,7 @@ from . import logs
 from .api import batches, catalogs, health, problems, search
 from .api.problems import problem
 from .db import resolve_dsn
-from .metrics import LATENCY, REQUESTS, RESOLVED
+from .metrics import FACET_CACHE, LATENCY, REQUESTS, RESOLVED
 from .settings import Settings, get_settings
 from .store.batches import resolve_expired
 from .store.catalogs import CatalogRegistry
@@ -229,6 +229,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.registry = CatalogRegistry()
     app.state.counts = CountCache(settings.count_cache_size)
+    app.state.facet_counts = CountCache(settings.facet_cache_size, metric=FACET_CACHE)
     problems.install(app)
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(Observe)

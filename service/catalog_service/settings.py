@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     # Totals kept per worker for repeated queries, used while the catalog's counter stands
     # (store/search.py CountCache); 0 turns the cache off.
     count_cache_size: int = Field(default=10000, ge=0)
+    # Facet counts (with their total) kept per worker on the same terms (docs/decisions/0019); an
+    # entry holds up to 16 facets of 1,000 values each.
+    facet_cache_size: int = Field(default=1000, ge=0)
     # PostgreSQL work_mem of the service's sessions: the sort of a long unbatched listing or of
     # relevance scores must stay in memory (the server default, 4MB, spills them to disk).
     work_mem: str = Field(default="32MB", pattern=r"^[0-9]+ ?(kB|MB|GB)$")

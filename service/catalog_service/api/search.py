@@ -8,9 +8,10 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from pydantic import ValidationError
 from starlette.routing import Route
 
-from catalog_schemas.api import SearchRequest, SearchResult
+from catalog_schemas.api import FacetRequest, SearchRequest, SearchResult
 
 from ..errors import BadRequest, Forbidden
 from ..metrics import QUERIES
@@ -38,7 +39,8 @@ async def _search_on(conn, request: Request, name: str, body: SearchRequest, cre
                 raise Forbidden("only the connector may see staged batches")
         security = security_for(caller, cred, body.show_inactive, datetime.now(UTC))
         try:
-            return await search(conn, catalog, body, security, lim, counts=state.counts)
+            return await search(conn, catalog, body, security, lim, counts=state.counts,
+                                facet_cache=state.facet_counts)
         except StaleSchema:
             if refresh:
                 raise
@@ -90,7 +92,7 @@ async def search_get(request: Request, catalog: str):
             raise BadRequest("q must be a JSON object") from exc
         if not isinstance(query, dict):
             raise BadRequest("q must be a JSON object")
-    control = {"catalog", "q", "b_start", "b_size", "metadata"}
+    control = {"catalog", "q", "b_start", "b_size", "metadata", "facets", "facet_limit", "facet_sort"}
     for key in params:
         if key not in control:
             values = params.getlist(key)
@@ -101,10 +103,22 @@ async def search_get(request: Request, catalog: str):
             b_start=int(params["b_start"]) if "b_start" in params else None,
             b_size=int(params["b_size"]) if "b_size" in params else None,
             metadata=params.getlist("metadata") or None,
+            facets=_facets_of(params),
         )
+    except ValidationError as exc:
+        raise BadRequest("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])) from exc
     except ValueError as exc:
-        raise BadRequest("b_start and b_size must be integers") from exc
+        raise BadRequest("b_start, b_size and facet_limit must be integers") from exc
     return await run_search(request, catalog, body)
+
+
+def _facets_of(params) -> list[FacetRequest]:
+    """``facets`` (repeated, or comma-separated index names), with ``facet_limit`` and
+    ``facet_sort`` applying to each."""
+    names = [name.strip() for value in params.getlist("facets") for name in value.split(",") if name.strip()]
+    limit = int(params["facet_limit"]) if "facet_limit" in params else None
+    sort = params.get("facet_sort", "count")
+    return [FacetRequest(index=name, limit=limit, sort=sort) for name in names]
 
 
 # The search routes again, as plain Starlette routes that the application matches before FastAPI's
