@@ -336,7 +336,7 @@ def test_every_operation(site, user):
         root = portal[ROOT]
         ops = {row["o"] for row in every_operation()}
         registry = getUtility(IRegistry)
-        declared = {key[: -len(".operation")] for key in registry.records.keys()
+        declared = {key[: -len(".operation")] for key in registry.records.keys()  # noqa: SIM118 (Records is no dict)
                     if key.startswith(P) and key.endswith(".operation")}
         missing = {"path.isWithin", "path.isWithinRelative"}
         # Every operation the site's registry declares is one the service knows ...
@@ -350,7 +350,9 @@ def test_every_operation(site, user):
                 place = place_of(portal, context, user)
                 outcomes.add(compare(portal, context, [row], "sortable_title", None, None, place))
             assert outcomes <= {"compared", "compared, none found"}, (row, outcomes)
-            if user == "manager" and row["o"] != P + "string.currentUser":
+            # currentUser: nothing here is created by the test's users. int.*: the stock site's one
+            # integer index (getObjPositionInParent, a GopipIndex) answers no query with items.
+            if user == "manager" and row["o"] != P + "string.currentUser" and ".int" not in row["o"]:
                 assert "compared" in outcomes, row
         for name in missing:
             with pytest.raises(ImportError):

@@ -207,6 +207,9 @@ def datetime_of(value, place: Place) -> datetime:
                           tzinfo=_zone(parts["tz"]))
     except ValueError as exc:  # DateTime's DateError / TimeError
         raise _NotADate from exc
+    if moment.year < 1583:
+        # DateTime counts days of the Julian calendar before the Gregorian one began.
+        raise UnsupportedDate(f"{value!r}: dates before 1583 are not supported")
     if micros:
         moment += timedelta(microseconds=micros)
     return moment
