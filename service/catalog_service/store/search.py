@@ -31,6 +31,8 @@ from .catalogs import Catalog
 class Answer:
     body: bytes
     complete: bool
+    # (catalog id, counter, schema revision) the answer was read at: HTTP caching's ETag.
+    state: tuple = ()
 
 
 class CountCache:
@@ -310,4 +312,4 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
         "counter": head["counter"],
         "complete": complete,
     })
-    return Answer(body=body, complete=complete)
+    return Answer(body=body, complete=complete, state=(catalog.id, head["counter"], head["schema_rev"]))
