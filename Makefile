@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 UV_VERSION := 0.13.9
 
-.PHONY: install run test test-fast test-nightly lint lock bench bench-full bench-plone bench-storage clean
+.PHONY: install browser run test test-fast test-nightly lint lock bench bench-full bench-plone bench-storage clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,14 @@ PG15_TESTS := tests/service/test_api.py tests/service/test_store.py tests/servic
 	tests/storage/test_behaviour.py tests/storage/test_conformance_hf.py tests/storage/test_conformance_hp.py \
 	tests/storage/test_blobs.py tests/storage/test_pack.py tests/storage/test_faults.py \
 	tests/storage/test_history.py tests/storage/test_lifecycle.py
-test: $(STAMP)
+## Debian's chromium for the browser test (tests/service/test_browser.py), when it is missing and
+## apt-get can install it (as root); otherwise that test skips and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "== chromium not installed: the browser test will skip"; }
+
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)

@@ -16,7 +16,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp
 
 from . import logs
-from .api import batches, catalogs, health, problems, search
+from .api import batches, catalogs, cors, docs, health, problems, search
 from .api.problems import problem
 from .db import resolve_dsn
 from .metrics import FACET_CACHE, LATENCY, REQUESTS, RESOLVED
@@ -197,6 +197,12 @@ class CatalogApp(FastAPI):
         return door
 
     async def __call__(self, scope, receive, send) -> None:
+        layer = getattr(self, "_cors", None)
+        if layer is None:
+            layer = self._cors = cors.Cors(self._dispatch, self.state.settings)
+        await layer(scope, receive, send)
+
+    async def _dispatch(self, scope, receive, send) -> None:
         if scope["type"] == "http":
             for route in search.FAST_ROUTES:
                 match, child = route.matches(scope)
@@ -225,6 +231,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="Plone's portal_catalog in PostgreSQL, queried in ZCatalog's language.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.registry = CatalogRegistry()
@@ -235,6 +243,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(Observe)
     for module in (search, batches, catalogs, health):
         app.include_router(module.router)
+    docs.install(app)
     # Routes are matched in order: the searches come first, for a request that reaches the router
     # (CatalogApp takes the searches before that).
     app.router.routes[:0] = search.FAST_ROUTES

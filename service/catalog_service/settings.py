@@ -89,6 +89,15 @@ class Settings(BaseSettings):
     # has no reference cycles; reference counting frees it. Set "[700, 10, 10]" for Python's.
     gc_thresholds: tuple[NonNegativeInt, NonNegativeInt, NonNegativeInt] = (20000, 20, 10)
 
+    # Browsers on these origins may call the public routes (/search, /{catalog}/@...): a JSON
+    # list, e.g. CATALOG_CORS_ORIGINS='["https://www.example.org"]'; "*" allows every origin.
+    # Empty (the default): no cross-origin calls. Preflights are cached this many seconds.
+    cors_origins: list[str] = Field(default_factory=list)
+    cors_max_age: int = Field(default=600, ge=0)
+    # Cache-Control max-age of anonymous public GET searches (shared caches may keep them this
+    # long); answers for callers with a credential are private and revalidated with their ETag.
+    public_max_age: int = Field(default=10, ge=0)
+
     log_level: str = "info"
     log_json: bool = True
 

@@ -18,6 +18,7 @@ from ..metrics import QUERIES
 from ..planner.plan import SECURITY_INDEX, Limits
 from ..store.search import Answer, StaleSchema, search
 from .auth import Credential, identify, security_for
+from .caching import conditional_search
 from .deps import HEADERS, body_schema, credential_of, limits_for, read_body
 
 router = APIRouter(tags=["search"])
@@ -47,7 +48,7 @@ async def _search_on(conn, request: Request, name: str, body: SearchRequest, cre
             refresh = True
 
 
-async def run_search(request: Request, name: str, body: SearchRequest) -> Response:
+async def answer_search(request: Request, name: str, body: SearchRequest) -> Answer:
     """Answer a search for the caller that the request's headers name."""
     state = request.app.state
     cred, lim = credential_of(request.headers), limits_for(request)
@@ -61,6 +62,11 @@ async def run_search(request: Request, name: str, body: SearchRequest) -> Respon
         # caller reads its own writes.
         async with state.db.acquire() as conn:
             answer = await _search_on(conn, request, name, body, cred, lim)
+    return answer
+
+
+async def run_search(request: Request, name: str, body: SearchRequest) -> Response:
+    answer = await answer_search(request, name, body)
     return Response(answer.body, media_type="application/json")
 
 
@@ -80,7 +86,28 @@ async def search_post(request: Request, catalog: str):
     return await run_search(request, catalog, body)
 
 
-@router.get("/search", response_model=SearchResult, openapi_extra=HEADERS)
+GET_PARAMETERS = {"parameters": [
+    {"name": "q", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": 'A ZCatalog query as JSON, e.g. {"portal_type": "Document", "sort_on": "modified"}'},
+    {"name": "b_start", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0},
+     "description": "The first result of the page"},
+    {"name": "b_size", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0},
+     "description": "Results per page"},
+    {"name": "metadata", "in": "query", "required": False, "style": "form", "explode": True,
+     "schema": {"type": "array", "items": {"type": "string"}},
+     "description": "Metadata columns to return (repeat the parameter); * for all"},
+    {"name": "indexes", "in": "query", "required": False, "style": "form", "explode": True,
+     "schema": {"type": "object", "additionalProperties": {"type": "string"}},
+     "description": "Any other parameter is an index name and its value (repeat it for a list), "
+                    "e.g. portal_type=Document&Subject=news"},
+    {"name": "if-none-match", "in": "header", "required": False, "schema": {"type": "string"},
+     "description": "An ETag of an earlier answer: 304 while the answer is unchanged"},
+    *HEADERS["parameters"],
+]}
+
+
+@router.get("/search", response_model=SearchResult, openapi_extra=GET_PARAMETERS,
+            responses={304: {"description": "Not modified: the ETag given in If-None-Match is current"}})
 async def search_get(request: Request, catalog: str):
     """Query string form: ``q`` is a JSON ZCatalog query, or index=value pairs (repeat for lists)."""
     params = request.query_params
@@ -109,7 +136,7 @@ async def search_get(request: Request, catalog: str):
         raise BadRequest("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])) from exc
     except ValueError as exc:
         raise BadRequest("b_start, b_size and facet_limit must be integers") from exc
-    return await run_search(request, catalog, body)
+    return await conditional_search(request, catalog, lambda: answer_search(request, catalog, body))
 
 
 def _facets_of(params) -> list[FacetRequest]:

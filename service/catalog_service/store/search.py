@@ -33,6 +33,8 @@ from .catalogs import Catalog
 class Answer:
     body: bytes
     complete: bool
+    # (catalog id, counter, schema revision) the answer was read at: HTTP caching's ETag.
+    state: tuple = ()
 
 
 class CountCache:
@@ -405,4 +407,4 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
     if facets:
         answer["facets"] = facet_counts(facets, counted["counts"])
     body = orjson.dumps(answer)
-    return Answer(body=body, complete=complete)
+    return Answer(body=body, complete=complete, state=(catalog.id, head["counter"], head["schema_rev"]))
