@@ -86,6 +86,12 @@ class Settings(BaseSettings):
     # has no reference cycles; reference counting frees it. Set "[700, 10, 10]" for Python's.
     gc_thresholds: tuple[NonNegativeInt, NonNegativeInt, NonNegativeInt] = (20000, 20, 10)
 
+    # The public routes (/search, /{catalog}/@search): a parameter naming no index, option or
+    # metadata field is refused with 400 (False: dropped, as plone.restapi drops it); pages are
+    # of 25 unless asked, and at most this many.
+    public_strict: bool = True
+    public_max_b_size: int = Field(default=1000, ge=1)
+
     log_level: str = "info"
     log_json: bool = True
 

@@ -1,18 +1,16 @@
-"""Searches: /catalogs/{id}/query for the connector, /search for frontends and other programs."""
+"""Searches: /catalogs/{id}/query for the connector (the public routes are in ``public/``)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import orjson
 from fastapi import APIRouter, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.routing import Route
 
 from catalog_schemas.api import SearchRequest, SearchResult
 
-from ..errors import BadRequest, Forbidden
+from ..errors import Forbidden
 from ..metrics import QUERIES
 from ..planner.plan import SECURITY_INDEX, Limits
 from ..store.search import Answer, StaleSchema, search
@@ -20,6 +18,20 @@ from .auth import Credential, identify, security_for
 from .deps import HEADERS, body_schema, credential_of, limits_for, read_body
 
 router = APIRouter(tags=["search"])
+
+
+async def searched(conn, state, catalog, body: SearchRequest, cred: Credential, lim: Limits, runner=search):
+    """``runner``'s answer to ``body`` on ``catalog``, for the caller the credential names: its
+    security comes from the credential, and only the connector names principals or staged
+    batches. Raises StaleSchema when the catalog changed since it was loaded."""
+    caller = identify(cred, catalog, state.settings.admin_token)
+    if not caller.trusted:
+        if SECURITY_INDEX in body.query:
+            raise Forbidden(f"{SECURITY_INDEX} is decided by the server, not by the query")
+        if body.batch_ids:
+            raise Forbidden("only the connector may see staged batches")
+    security = security_for(caller, cred, body.show_inactive, datetime.now(UTC))
+    return await runner(conn, catalog, body, security, lim, counts=state.counts)
 
 
 async def _search_on(conn, request: Request, name: str, body: SearchRequest, cred: Credential,
@@ -30,15 +42,8 @@ async def _search_on(conn, request: Request, name: str, body: SearchRequest, cre
         catalog = await state.registry.current(conn, name, refresh=refresh)
         if not refresh:
             QUERIES.labels(name).inc()  # known catalogs only: made-up names make no series
-        caller = identify(cred, catalog, state.settings.admin_token)
-        if not caller.trusted:
-            if SECURITY_INDEX in body.query:
-                raise Forbidden(f"{SECURITY_INDEX} is decided by the server, not by the query")
-            if body.batch_ids:
-                raise Forbidden("only the connector may see staged batches")
-        security = security_for(caller, cred, body.show_inactive, datetime.now(UTC))
         try:
-            return await search(conn, catalog, body, security, lim, counts=state.counts)
+            return await searched(conn, state, catalog, body, cred, lim)
         except StaleSchema:
             if refresh:
                 raise
@@ -72,41 +77,6 @@ async def query_catalog(name: str, request: Request):
     return await run_search(request, name, body)
 
 
-@router.post("/search", response_model=SearchResult, openapi_extra={**body_schema(SearchRequest), **HEADERS})
-async def search_post(request: Request, catalog: str):
-    body = await read_body(request, SearchRequest)
-    return await run_search(request, catalog, body)
-
-
-@router.get("/search", response_model=SearchResult, openapi_extra=HEADERS)
-async def search_get(request: Request, catalog: str):
-    """Query string form: ``q`` is a JSON ZCatalog query, or index=value pairs (repeat for lists)."""
-    params = request.query_params
-    query: dict = {}
-    if "q" in params:
-        try:
-            query = orjson.loads(params["q"])
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest("q must be a JSON object") from exc
-        if not isinstance(query, dict):
-            raise BadRequest("q must be a JSON object")
-    control = {"catalog", "q", "b_start", "b_size", "metadata"}
-    for key in params:
-        if key not in control:
-            values = params.getlist(key)
-            query[key] = values if len(values) > 1 else values[0]
-    try:
-        body = SearchRequest(
-            query=query,
-            b_start=int(params["b_start"]) if "b_start" in params else None,
-            b_size=int(params["b_size"]) if "b_size" in params else None,
-            metadata=params.getlist("metadata") or None,
-        )
-    except ValueError as exc:
-        raise BadRequest("b_start and b_size must be integers") from exc
-    return await run_search(request, catalog, body)
-
-
 # The search routes again, as plain Starlette routes that the application matches before FastAPI's
 # (app.py): FastAPI's own dispatch (its router layers, dependency solving for the parameters) was a
 # tenth of a folder listing's time in the service (0.2 ms of 1.9, measured in process). The
@@ -125,16 +95,4 @@ async def _query_catalog_route(request: Request) -> Response:
     return await query_catalog(request.path_params["name"], request)
 
 
-async def _search_route(request: Request) -> Response:
-    catalog = request.query_params.get("catalog")
-    if catalog is None:  # as FastAPI answers a missing required query parameter
-        raise RequestValidationError([{"type": "missing", "loc": ("query", "catalog"), "msg": "Field required",
-                                       "input": None}])
-    if request.method == "GET":
-        return await search_get(request, catalog)
-    return await search_post(request, catalog)
-
-
-FAST_ROUTES = [_PlainRoute("/catalogs/{name}/query", _query_catalog_route, methods=["POST"]),
-               _PlainRoute("/search", _search_route, methods=["GET", "POST"])]
-FAST_ROUTES[1].methods.discard("HEAD")  # Starlette adds it to GET; the API never answered HEAD
+FAST_ROUTES = [_PlainRoute("/catalogs/{name}/query", _query_catalog_route, methods=["POST"])]

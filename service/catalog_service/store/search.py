@@ -268,8 +268,9 @@ class StaleSchema(Exception):
     """The catalog changed (schema revision, or dropped and recreated) since it was cached."""
 
 
-async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest,
-                 security: Security, limits: Limits, counts: CountCache | None = None) -> Answer:
+async def _execute(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest, security: Security,
+                   limits: Limits, counts: CountCache | None):
+    """(plan, the page's rows, head row: counter, schema revision, batch state, total)."""
     plan = plan_search(
         request.query, catalog.schema, limits, security,
         batch_ids=request.batch_ids,
@@ -294,7 +295,12 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
     else:
         rows, head = await _page_and_total(conn, catalog, plan, request, limits, counts)
         rows = plan.first_half_page(rows, head["total"])
-    hits = [r for r in rows if r["rid"] is not None]
+    return plan, [r for r in rows if r["rid"] is not None], head
+
+
+async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest,
+                 security: Security, limits: Limits, counts: CountCache | None = None) -> Answer:
+    plan, hits, head = await _execute(conn, catalog, request, security, limits, counts)
     complete = request.after_batch is None or head["batch_state"] == "committed"
     items = [
         {"rid": r["rid"], "uid": r["uid"], "path": r["path"],
@@ -311,3 +317,34 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
         "complete": complete,
     })
     return Answer(body=body, complete=complete)
+
+
+@dataclass
+class Brain:
+    uid: str
+    path: str
+    score: int | None
+    metadata: dict
+
+
+@dataclass
+class Page:
+    """A search's page as Python values, for the public routes to shape (store.search.search
+    serializes the connector's answer without parsing the metadata)."""
+
+    brains: list[Brain]
+    total: int
+    b_start: int
+    b_size: int | None
+    counter: int
+    complete: bool
+
+
+async def search_page(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest,
+                      security: Security, limits: Limits, counts: CountCache | None = None) -> Page:
+    plan, hits, head = await _execute(conn, catalog, request, security, limits, counts)
+    complete = request.after_batch is None or head["batch_state"] == "committed"
+    brains = [Brain(uid=r["uid"], path=r["path"], score=plan.zcatalog_score(r["score"]),
+                    metadata=orjson.loads(r["meta"])) for r in hits]
+    return Page(brains=brains, total=head["total"], b_start=plan.b_start, b_size=plan.b_size,
+                counter=head["counter"], complete=complete)
