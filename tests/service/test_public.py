@@ -231,10 +231,8 @@ def test_values_are_typed_per_index(anonymous, site):
     everything = len(visible(entries))
     assert anonymous.get(f"/{name}/@search", params={"exclude_from_nav": "false"}).json()["items_total"] == everything
     assert anonymous.get(f"/{name}/@search", params={"exclude_from_nav": "true"}).json()["items_total"] == 0
-    third = len([e for e in visible(entries) if e["values"]["getObjPositionInParent"] == 3])
-    assert third > 0
-    assert anonymous.get(f"/{name}/@search",
-                         params={"getObjPositionInParent": "3"}).json()["items_total"] == third
+    # The integer (a text would be a 400): plone.folder's GopipIndex answers any query with nothing.
+    assert anonymous.get(f"/{name}/@search", params={"getObjPositionInParent": "3"}).json()["items_total"] == 0
     comments = len([e for e in visible(entries) if e["values"]["total_comments"] == 2])
     assert anonymous.get(f"/{name}/@search", params={"total_comments": "2"}).json()["items_total"] == comments
     folder = demo.folder_path(0, 400)
