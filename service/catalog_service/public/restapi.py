@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from fastapi import Request
 
@@ -71,10 +71,8 @@ class Urls:
         return path
 
     def url(self, path: str) -> str:
-        return self.base + self.relative(path)
-
-    def is_site(self, path: str) -> bool:
-        return path == self.site_path(path)
+        """The public URL: each path component quoted, as Zope's physicalPathToURL does."""
+        return self.base + "/".join(quote(c) for c in self.relative(path).split("/"))
 
 
 def public_uid(catalog: Catalog, brain: Brain):
@@ -160,10 +158,6 @@ def restapi_item(catalog: Catalog, urls: Urls, brain: Brain, fields: list[str]) 
     type_title = catalog.settings.type_titles.get(portal_type, portal_type) if isinstance(portal_type, str) \
         else portal_type
     url = urls.url(brain.path)
-    if urls.is_site(brain.path):
-        # plone.restapi's SiteRootJSONSummarySerializer: these five only, whatever was asked.
-        return {"@id": url, "@type": portal_type, "type_title": type_title,
-                "title": public_value(meta.get("Title")), "description": public_value(meta.get("Description"))}
     item = {}
     for field in fields:
         if field == "@id" or field == "getURL":
