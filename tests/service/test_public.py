@@ -9,6 +9,7 @@ import math
 import uuid
 
 import httpx
+import Missing
 import orjson
 import pytest
 from DateTime import DateTime
@@ -16,7 +17,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from plone.restapi.serializer.converters import datetimelike_to_iso
 
-import Missing
 from catalog_schemas.public_values import public_metadata, public_value, wire_datetime
 from catalog_service import demo
 from plone_connector.catalog.wire import encode_metadata

@@ -145,9 +145,7 @@ class QueryTyper:
             return integer(value, where)
         if option == "navtree":
             return boolean_value(value, where)
-        if option in ("range", "operator"):
-            return value if isinstance(value, str) else str(value)
-        return value
+        return value  # range, operator: text from a query string; other types are the index's to refuse
 
     def index_query(self, name: str, query):
         if not isinstance(query, dict):
