@@ -65,9 +65,10 @@ def prepare(environment, **_kw):
                             json={"batch_id": f"loadtest-setup-{start}", "entries": entries[start:start + 2000]},
                             ).raise_for_status()
         # The folders, as the searches below will see them: folderish objects two levels down.
-        answer = client.get("/search", params={"catalog": CATALOG, "portal_type": "Folder",
-                                               "q": json.dumps({"path": {"query": "/plone", "depth": 2}}),
-                                               "b_size": 5000})
+        # (The connector's route: physical paths, and no public page limit.)
+        answer = client.post(f"/catalogs/{CATALOG}/query", headers={**auth(), "X-Catalog-Unrestricted": "1"},
+                             json={"query": {"portal_type": "Folder", "path": {"query": "/plone", "depth": 2}},
+                                   "b_size": 5000})
         answer.raise_for_status()
         found = [item["path"] for item in answer.json()["items"] if item["path"].count("/") == 3]
         folders = found or folders

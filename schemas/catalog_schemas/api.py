@@ -75,11 +75,27 @@ class IndexDeclaration(Model):
     value_type: ValueType = "text"
 
 
+class CatalogSettings(Model):
+    """How the public routes (``/search``, ``/{catalog}/@search``) show a catalog's objects.
+
+    ``public_url``: the site's public address (``https://www.example.org``); an item's ``@id`` is
+    it plus the item's path relative to the site. Without it, ``@id`` is the service's own
+    address of the catalog plus that path. ``site_path``: the site's physical path (``/plone``);
+    without it, the first component of the object's path. ``type_titles``: the title of each
+    portal_type (its FTI's title), shown as ``type_title``; a type without one shows its name, as
+    plone.restapi does for a type without an FTI."""
+
+    public_url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://[^\s?#]+$")
+    site_path: str | None = Field(default=None, max_length=2000, pattern=r"^/[^\s?#]*$")
+    type_titles: dict[str, str] = Field(default_factory=dict, max_length=1000)
+
+
 class CatalogCreate(Model):
     id: str = Field(pattern=CATALOG_ID_PATTERN)
     title: str = Field(default="", max_length=500)
     indexes: list[IndexDeclaration] = Field(default_factory=list, max_length=500)
     metadata: list[str] = Field(default_factory=list, max_length=500)
+    settings: CatalogSettings = Field(default_factory=CatalogSettings)
 
 
 class SchemaUpdate(Model):
@@ -108,6 +124,7 @@ class CatalogInfo(Model):
     metadata: list[str]
     counter: int
     objects: int
+    settings: CatalogSettings = Field(default_factory=CatalogSettings)
 
 
 class IndexEntry(Model):
@@ -261,6 +278,66 @@ class SearchResult(Model):
     complete: bool = True
     # Only when the request asked for facets: per index, in the order asked.
     facets: dict[str, FacetCounts] | None = None
+
+
+class PublicItem(Model):
+    """One object in the public contract (``/search``): metadata as plain JSON (public_values)."""
+
+    uid_: str | None = Field(alias="UID", description="the Plone UID (metadata column UID; without one, "
+                             "the catalog entry's uid)")
+    id_: str = Field(alias="@id", description="the object's public URL (CatalogSettings.public_url)")
+    path: str = Field(description="the object's path relative to the site, '' for the site itself")
+    score: int | None = Field(default=None, description="ZCatalog's data_record_score_ of a relevance-ordered "
+                              "text query")
+    metadata: dict[str, Any]
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class PublicSearchResult(Model):
+    """``/search``'s answer: a page (``b_size`` 25 unless asked, at most CATALOG_PUBLIC_MAX_B_SIZE)."""
+
+    items_total: int
+    b_start: int
+    b_size: int
+    items: list[PublicItem]
+    # Only when the request asked for facets: per index, in the order asked.
+    facets: dict[str, FacetCounts] | None = None
+
+
+class Batching(BaseModel):
+    """plone.restapi's batching links; only when the result has more than one page."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    id_: str = Field(alias="@id")
+    first: str
+    last: str
+    prev: str | None = None
+    next: str | None = None
+
+
+class RestapiItem(BaseModel):
+    """An item of ``@search``: plone.restapi's summary of a brain, plus the ``metadata_fields``
+    asked for (plain JSON), ``getPath`` and ``getURL`` among them with ``_all``."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    id_: str = Field(alias="@id")
+    type_: str | None = Field(alias="@type")
+    title: Any = None
+    description: Any = None
+    review_state: Any = None
+    type_title: str | None = None
+
+
+class RestapiSearchResult(BaseModel):
+    """``/{catalog}/@search``'s answer, as plone.restapi's ``@search`` (a text query that is empty
+    once its parentheses are removed, or ``*``, answers ``[]`` as plone.restapi does)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    id_: str = Field(alias="@id")
+    items_total: int
+    items: list[RestapiItem]
+    batching: Batching | None = None
 
 
 class UniqueValues(Model):

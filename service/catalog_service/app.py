@@ -20,6 +20,7 @@ from .api import batches, catalogs, cors, docs, health, problems, search
 from .api.problems import problem
 from .db import resolve_dsn
 from .metrics import FACET_CACHE, LATENCY, REQUESTS, RESOLVED
+from .public import routes as public_routes
 from .settings import Settings, get_settings
 from .store.batches import resolve_expired
 from .store.catalogs import CatalogRegistry
@@ -241,7 +242,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(Observe)
-    for module in (search, batches, catalogs, health):
+    for module in (search, batches, catalogs, health, public_routes):
         app.include_router(module.router)
     docs.install(app)
     # Routes are matched in order: the searches come first, for a request that reaches the router

@@ -98,6 +98,12 @@ class Settings(BaseSettings):
     # long); answers for callers with a credential are private and revalidated with their ETag.
     public_max_age: int = Field(default=10, ge=0)
 
+    # The public routes (/search, /{catalog}/@search): a parameter naming no index, option or
+    # metadata field is refused with 400 (False: dropped, as plone.restapi drops it); pages are
+    # of 25 unless asked, and at most this many.
+    public_strict: bool = True
+    public_max_b_size: int = Field(default=1000, ge=1)
+
     log_level: str = "info"
     log_json: bool = True
 

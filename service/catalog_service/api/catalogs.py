@@ -7,8 +7,17 @@ import time
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import ValidationError
 
-from catalog_schemas.api import Batch, CatalogCreate, CatalogInfo, SchemaUpdate, TextIndexSize, UniqueValues
+from catalog_schemas.api import (
+    Batch,
+    CatalogCreate,
+    CatalogInfo,
+    CatalogSettings,
+    SchemaUpdate,
+    TextIndexSize,
+    UniqueValues,
+)
 
 from ..errors import BadRequest, NotFound
 from ..indexes.simple import DateRangeIndex
@@ -27,7 +36,7 @@ router = APIRouter(prefix="/catalogs", tags=["catalogs"])
 async def info(conn, catalog: Catalog, counter: int, registry) -> CatalogInfo:
     return CatalogInfo(id=catalog.name, title=catalog.title, indexes=list(catalog.declarations),
                        metadata=list(catalog.metadata), counter=counter,
-                       objects=await registry.count(conn, catalog))
+                       objects=await registry.count(conn, catalog), settings=catalog.settings)
 
 
 async def trusted_catalog(request: Request, name: str, cred: Credential):
@@ -64,6 +73,30 @@ async def update_schema(name: str, update: SchemaUpdate, request: Request, cred:
     async with state.db.acquire() as conn:
         catalog = await state.registry.update_schema(conn, catalog, update)
         return await info(conn, catalog, counter, state.registry)
+
+
+@router.get("/{name}/settings", response_model=CatalogSettings)
+async def get_settings(name: str, request: Request, cred: Credential = Depends(credential)):
+    catalog, _ = await trusted_catalog(request, name, cred)
+    return catalog.settings
+
+
+@router.patch("/{name}/settings", response_model=CatalogSettings)
+async def update_settings(name: str, body: dict, request: Request, cred: Credential = Depends(credential)):
+    """Change the settings the body names (CatalogSettings' fields; null resets one)."""
+    catalog, _ = await trusted_catalog(request, name, cred)
+    unknown = sorted(set(body) - set(CatalogSettings.model_fields))
+    if unknown:
+        raise BadRequest(f"unknown settings {unknown}; valid: {sorted(CatalogSettings.model_fields)}")
+    changes = {k: v for k, v in body.items() if v is not None}
+    resets = [k for k, v in body.items() if v is None]
+    async with request.app.state.db.acquire() as conn:
+        try:
+            updated = await request.app.state.registry.update_settings(conn, catalog, changes, tuple(resets))
+        except ValidationError as exc:
+            raise BadRequest("invalid settings", errors=[
+                {"loc": [str(p) for p in e["loc"]], "msg": e["msg"]} for e in exc.errors()[:20]]) from exc
+    return updated.settings
 
 
 @router.post("/{name}/clear", status_code=200)

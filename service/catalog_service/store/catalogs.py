@@ -11,13 +11,13 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import asyncpg
 import orjson
 
-from catalog_schemas.api import NAME_PATTERN, CatalogCreate, IndexDeclaration, SchemaUpdate
+from catalog_schemas.api import NAME_PATTERN, CatalogCreate, CatalogSettings, IndexDeclaration, SchemaUpdate
 
 from ..errors import BadRequest, Conflict, NotFound
 from ..indexes import make_index
@@ -116,6 +116,7 @@ class Catalog:
     metadata: tuple[str, ...]
     schema_rev: int
     schema: CatalogSchema
+    settings: CatalogSettings = field(default_factory=CatalogSettings)
 
     @property
     def table(self) -> str:
@@ -150,8 +151,10 @@ def build(row) -> Catalog:
     metadata = tuple(orjson.loads(row["metadata"]))
     indexes = {d.name: make_index(d) for d in declarations}
     schema = CatalogSchema(catalog_id=row["id"], table=table_name(row["id"]), indexes=indexes, metadata=metadata)
+    settings = CatalogSettings.model_validate(orjson.loads(row["settings"])) if "settings" in row else CatalogSettings()
     return Catalog(id=row["id"], name=row["name"], title=row["title"], token_hash=row["token_hash"],
-                   declarations=declarations, metadata=metadata, schema_rev=row["schema_rev"], schema=schema)
+                   declarations=declarations, metadata=metadata, schema_rev=row["schema_rev"], schema=schema,
+                   settings=settings)
 
 
 def _check_declarations(indexes: list[IndexDeclaration], metadata: list[str]) -> None:
@@ -244,11 +247,12 @@ class CatalogRegistry:
             if exists:
                 raise Conflict(f"catalog {spec.id!r} exists")
             row = await conn.fetchrow(
-                "insert into catalog (name, title, token_hash, indexes, metadata) values ($1, $2, $3, $4, $5) "
-                "on conflict (name) do nothing returning *",
+                "insert into catalog (name, title, token_hash, indexes, metadata, settings) "
+                "values ($1, $2, $3, $4, $5, $6) on conflict (name) do nothing returning *",
                 spec.id, spec.title, hash_token(token),
                 orjson.dumps([d.model_dump() for d in spec.indexes]).decode(),
                 orjson.dumps(spec.metadata).decode(),
+                spec.settings.model_dump_json(),
             )
             if row is None:
                 raise Conflict(f"catalog {spec.id!r} exists")
@@ -335,6 +339,23 @@ class CatalogRegistry:
                 "where id = $1 returning *",
                 catalog.id, orjson.dumps([d.model_dump() for d in current.values()]).decode(),
                 orjson.dumps(metadata).decode())
+        updated = build(row)
+        self._cache[catalog.name] = updated
+        return updated
+
+    async def update_settings(self, conn: asyncpg.Connection, catalog: Catalog, changes: dict,
+                              resets: tuple[str, ...] = ()) -> Catalog:
+        """Replace the settings named in ``changes`` and reset those in ``resets`` to their
+        defaults, on the settings as stored (validated as CatalogSettings). The schema revision
+        moves, so that every service process reloads the catalog with them."""
+        async with conn.transaction():
+            row = await conn.fetchrow("select settings from catalog where id = $1 for update", catalog.id)
+            if row is None:
+                raise NotFound(f"no catalog {catalog.name!r}")
+            stored = {k: v for k, v in orjson.loads(row["settings"]).items() if k not in resets}
+            merged = CatalogSettings.model_validate({**stored, **changes})
+            row = await conn.fetchrow("update catalog set settings = $2, schema_rev = schema_rev + 1 "
+                                      "where id = $1 returning *", catalog.id, merged.model_dump_json())
         updated = build(row)
         self._cache[catalog.name] = updated
         return updated

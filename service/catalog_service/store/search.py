@@ -348,9 +348,10 @@ class StaleSchema(Exception):
     """The catalog changed (schema revision, or dropped and recreated) since it was cached."""
 
 
-async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest,
-                 security: Security, limits: Limits, counts: CountCache | None = None,
-                 facet_cache: CountCache | None = None) -> Answer:
+async def _execute(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest, security: Security,
+                   limits: Limits, counts: CountCache | None, facet_cache: CountCache | None):
+    """(plan, the page's rows, head row: counter, schema revision, batch state, total; the facet
+    counts as facet_counts gives them, or None when none were asked)."""
     facets = parse_facets(request.facets, catalog.schema, limits) if request.facets else []
     nothing = False
     plan = plan_search(
@@ -388,7 +389,14 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
     else:
         rows, head = await _page_and_total(conn, catalog, plan, request, limits, counts)
         rows = plan.first_half_page(rows, head["total"])
-    hits = [r for r in rows if r["rid"] is not None]
+    facet_result = facet_counts(facets, counted["counts"]) if facets else None
+    return plan, [r for r in rows if r["rid"] is not None], head, facet_result
+
+
+async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest,
+                 security: Security, limits: Limits, counts: CountCache | None = None,
+                 facet_cache: CountCache | None = None) -> Answer:
+    plan, hits, head, facet_result = await _execute(conn, catalog, request, security, limits, counts, facet_cache)
     complete = request.after_batch is None or head["batch_state"] == "committed"
     items = [
         {"rid": r["rid"], "uid": r["uid"], "path": r["path"],
@@ -404,7 +412,43 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
         "counter": head["counter"],
         "complete": complete,
     }
-    if facets:
-        answer["facets"] = facet_counts(facets, counted["counts"])
+    if facet_result is not None:
+        answer["facets"] = facet_result
     body = orjson.dumps(answer)
     return Answer(body=body, complete=complete, state=(catalog.id, head["counter"], head["schema_rev"]))
+
+
+@dataclass
+class Brain:
+    uid: str
+    path: str
+    score: int | None
+    metadata: dict
+
+
+@dataclass
+class Page:
+    """A search's page as Python values, for the public routes to shape (store.search.search
+    serializes the connector's answer without parsing the metadata)."""
+
+    brains: list[Brain]
+    total: int
+    b_start: int
+    b_size: int | None
+    counter: int
+    complete: bool
+    facets: dict | None = None
+    # (catalog id, counter, schema revision) the page was read at: what an ETag is made of.
+    state: tuple | None = None
+
+
+async def search_page(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest,
+                      security: Security, limits: Limits, counts: CountCache | None = None,
+                      facet_cache: CountCache | None = None) -> Page:
+    plan, hits, head, facet_result = await _execute(conn, catalog, request, security, limits, counts, facet_cache)
+    complete = request.after_batch is None or head["batch_state"] == "committed"
+    brains = [Brain(uid=r["uid"], path=r["path"], score=plan.zcatalog_score(r["score"]),
+                    metadata=orjson.loads(r["meta"])) for r in hits]
+    return Page(brains=brains, total=head["total"], b_start=plan.b_start, b_size=plan.b_size,
+                counter=head["counter"], complete=complete, facets=facet_result,
+                state=(catalog.id, head["counter"], head["schema_rev"]))
