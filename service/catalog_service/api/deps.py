@@ -42,13 +42,17 @@ def limits_for(request: Request) -> Limits:
 def credential_of(headers: Mapping[str, str]) -> Credential:
     """The caller's credential, from the request headers alone."""
     bearer = None
+    malformed = False
     authorization = headers.get("authorization")
-    if authorization:
-        scheme, _, value = authorization.partition(" ")
+    if authorization is not None:
+        scheme, _, value = authorization.strip().partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             bearer = value.strip()
+        else:
+            malformed = True  # refused (auth.identify), never taken for Anonymous
     return Credential(bearer=bearer, principals_header=headers.get("x-catalog-principals"),
-                      unrestricted=(headers.get("x-catalog-unrestricted") or "").strip() in ("1", "true", "yes"))
+                      unrestricted=(headers.get("x-catalog-unrestricted") or "").strip() in ("1", "true", "yes"),
+                      malformed=malformed)
 
 
 async def credential(

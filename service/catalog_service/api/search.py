@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from catalog_schemas.api import SearchRequest, SearchResult
 
-from ..errors import BadRequest, Forbidden
+from ..errors import BadRequest, Forbidden, Unauthorized
 from ..metrics import QUERIES
 from ..planner.plan import SECURITY_INDEX, Limits
 from ..store.search import Answer, StaleSchema, search
@@ -30,7 +30,13 @@ async def _search_on(conn, request: Request, name: str, body: SearchRequest, cre
         catalog = await state.registry.current(conn, name, refresh=refresh)
         if not refresh:
             QUERIES.labels(name).inc()  # known catalogs only: made-up names make no series
-        caller = identify(cred, catalog, state.settings.admin_token)
+        try:
+            caller = identify(cred, catalog, state.settings.admin_token)
+        except Unauthorized:
+            if refresh or cred.malformed:
+                raise
+            refresh = True  # the cached catalog may predate a rotation of its token
+            continue
         if not caller.trusted:
             if SECURITY_INDEX in body.query:
                 raise Forbidden(f"{SECURITY_INDEX} is decided by the server, not by the query")

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
 import asyncpg
@@ -116,6 +117,9 @@ class Catalog:
     metadata: tuple[str, ...]
     schema_rev: int
     schema: CatalogSchema
+    # The token a rotation replaced, valid until previous_token_until (its grace period).
+    previous_token_hash: str | None = None
+    previous_token_until: datetime | None = None
 
     @property
     def table(self) -> str:
@@ -137,8 +141,17 @@ class Catalog:
         """The names of the catalog's ZCTextIndexes, whose words live in the row's ``text``."""
         return [name for name, index in self.schema.indexes.items() if isinstance(index, ZCTextIndex)]
 
+    def token_keys(self) -> list[str]:
+        """The hashes of the catalog's valid tokens: its token, and the one a rotation replaced
+        while its grace period lasts. (They are also the keys of the signed tokens.)"""
+        keys = [self.token_hash]
+        if self.previous_token_hash and self.previous_token_until and datetime.now(UTC) < self.previous_token_until:
+            keys.append(self.previous_token_hash)
+        return keys
+
     def token_matches(self, token: str) -> bool:
-        return hmac.compare_digest(hash_token(token), self.token_hash)
+        given = hash_token(token)
+        return any(hmac.compare_digest(given, key) for key in self.token_keys())
 
 
 def table_name(catalog_id: int) -> str:
@@ -151,7 +164,9 @@ def build(row) -> Catalog:
     indexes = {d.name: make_index(d) for d in declarations}
     schema = CatalogSchema(catalog_id=row["id"], table=table_name(row["id"]), indexes=indexes, metadata=metadata)
     return Catalog(id=row["id"], name=row["name"], title=row["title"], token_hash=row["token_hash"],
-                   declarations=declarations, metadata=metadata, schema_rev=row["schema_rev"], schema=schema)
+                   declarations=declarations, metadata=metadata, schema_rev=row["schema_rev"], schema=schema,
+                   previous_token_hash=row.get("previous_token_hash"),
+                   previous_token_until=row.get("previous_token_until"))
 
 
 def _check_declarations(indexes: list[IndexDeclaration], metadata: list[str]) -> None:
@@ -338,6 +353,35 @@ class CatalogRegistry:
         updated = build(row)
         self._cache[catalog.name] = updated
         return updated
+
+    async def rotate_token(self, conn: asyncpg.Connection, catalog: Catalog, grace: float
+                           ) -> tuple[Catalog, str, datetime | None]:
+        """Give the catalog a new connector token; the current one (and the signed tokens minted
+        with it) stays valid for ``grace`` seconds (0: not at all). Returns the catalog, the new
+        token and the end of the old one's grace period. The schema revision moves, so that every
+        worker loads the catalog, and its tokens, again."""
+        token = secrets.token_urlsafe(32)
+        until = datetime.now(UTC) + timedelta(seconds=grace) if grace > 0 else None
+        row = await conn.fetchrow(
+            "update catalog set previous_token_hash = case when $3::timestamptz is null then null else token_hash end, "
+            "previous_token_until = $3::timestamptz, token_hash = $2, schema_rev = schema_rev + 1 "
+            "where id = $1 returning *", catalog.id, hash_token(token), until)
+        if row is None:
+            raise NotFound(f"no catalog {catalog.name!r}")
+        rotated = build(row)
+        self._cache[catalog.name] = rotated
+        return rotated, token, until
+
+    async def by_token(self, conn: asyncpg.Connection, token: str) -> Catalog | None:
+        """The catalog whose connector token ``token`` is, if any."""
+        digest = hash_token(token)
+        name = await conn.fetchval(
+            "select name from catalog where token_hash = $1 or (previous_token_hash = $1 "
+            "and previous_token_until > now()) limit 1", digest)
+        if name is None:
+            return None
+        catalog, _ = await self.get(conn, name)
+        return catalog if catalog.token_matches(token) else None
 
     async def clear(self, conn: asyncpg.Connection, catalog: Catalog) -> int:
         async with conn.transaction():
