@@ -5,22 +5,25 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, NonNegativeInt
+from pydantic import AliasChoices, Field, NonNegativeInt
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CATALOG_", env_file=".env", extra="ignore")
 
-    # PostgreSQL. Also read from the plain DATABASE_URL. Empty: start an embedded PostgreSQL.
-    database_url: str = Field(default="", validation_alias="DATABASE_URL")
+    # PostgreSQL: DATABASE_URL, or CATALOG_DATABASE_URL (docker-compose.yml's name; the command line
+    # refuses the two set to different values). Empty: start an embedded PostgreSQL.
+    database_url: str = Field(default="", validation_alias=AliasChoices("DATABASE_URL", "CATALOG_DATABASE_URL"))
     # Optional read replica(s) for queries; writes always go to database_url.
     replica_urls: list[str] = Field(default_factory=list)
     # Where the embedded PostgreSQL keeps its data when no database_url is given.
     embedded_pgdata: Path = Path(".pgdata/service")
 
+    # Where `serve` listens (0.0.0.0 in a container: 127.0.0.1 there is reachable from inside only).
     host: str = "127.0.0.1"
     port: int = 8080
+    # Connections per worker to the primary (and to each replica).
     pool_min_size: int = 2
     pool_max_size: int = 10
     # Disable asyncpg's statement cache behind PgBouncer in transaction mode.
@@ -86,6 +89,7 @@ class Settings(BaseSettings):
     # has no reference cycles; reference counting frees it. Set "[700, 10, 10]" for Python's.
     gc_thresholds: tuple[NonNegativeInt, NonNegativeInt, NonNegativeInt] = (20000, 20, 10)
 
+    # Log level of the service and uvicorn; one JSON object a line (false: plain text).
     log_level: str = "info"
     log_json: bool = True
 
