@@ -86,6 +86,15 @@ bench-storage: $(STAMP)
 	$(BIN)/python benchmarks/storage_instructions.py --objects 300
 
 ## Deletes the virtualenv and the embedded PostgreSQL's data: refused while a server runs on that data.
+## The locust scenarios (headless, LOADTEST_SECONDS) on a 100k-object corpus, and the folder listing's
+## requests/s (wrk) beside the floor's: LOADTEST_FLOOR names the floor script (not in this
+## repository). Writes docs/benchmarks/loadtest.md, loadtest_*.csv, loadtest.html, loadtest.png.
+LOADTEST_SECONDS ?= 60
+loadtest: $(STAMP)
+	@command -v wrk >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get install -y wrk; else sudo apt-get install -y wrk; fi; }
+	$(BIN)/python loadtests/run.py --seconds $(LOADTEST_SECONDS) $(if $(LOADTEST_FLOOR),--floor $(LOADTEST_FLOOR))
+
+## Deletes the virtualenv and the embedded PostgreSQL's data: refused while a server runs on that data.
 clean:
 	@for pid_file in .pgdata/*/postmaster.pid; do \
 		[ -f "$$pid_file" ] || continue; \
