@@ -99,7 +99,7 @@ def _run(dsn: str, coroutine):
 
     try:
         return asyncio.run(coroutine)
-    except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError,
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError,
             asyncpg.ClientConfigurationError, ValueError) as exc:
         raise _database_error(dsn, exc) from exc
 

@@ -68,6 +68,14 @@ class Settings(BaseSettings):
     max_body_size: int = Field(default=1 << 20, ge=1024)
     max_batch_body_size: int = Field(default=256 << 20, ge=1024)
     max_query_terms: int = 64
+    # Cost bounds of a public search (anonymous, or with a frontend's signed token; not the
+    # connector's or the admin's): words of a text query, words with '*' or '?' in it, lexicon
+    # words one of them may match, and seconds the search may take (0: no limit but
+    # statement_timeout). Past them: 422. docs/api.md, "Cost bounds".
+    public_max_text_terms: int = Field(default=32, ge=1)
+    public_max_globs: int = Field(default=4, ge=0)
+    public_max_glob_words: int = Field(default=1000, ge=1)
+    public_search_timeout: float = Field(default=5.0, ge=0)
     # A SearchableText query in relevance order reads only the documents of its words' best score
     # cells (docs/decisions/0007) for pages ending at most this many results in (0: never) ...
     relevance_top: int = Field(default=1000, ge=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import orjson
@@ -12,7 +13,7 @@ from starlette.routing import Route
 
 from catalog_schemas.api import SearchRequest, SearchResult
 
-from ..errors import BadRequest, Forbidden, Unauthorized
+from ..errors import BadRequest, Forbidden, LimitExceeded, Unauthorized
 from ..metrics import QUERIES
 from ..planner.plan import SECURITY_INDEX, Limits
 from ..store.search import Answer, StaleSchema, search
@@ -44,11 +45,30 @@ async def _search_on(conn, request: Request, name: str, body: SearchRequest, cre
                 raise Forbidden("only the connector may see staged batches")
         security = security_for(caller, cred, body.show_inactive, datetime.now(UTC))
         try:
-            return await search(conn, catalog, body, security, lim, counts=state.counts)
+            if caller.trusted:
+                return await search(conn, catalog, body, security, lim, counts=state.counts)
+            return await _public_search(conn, catalog, body, security, limits_for(request, trusted=False),
+                                        state.settings.public_search_timeout, state.counts)
         except StaleSchema:
             if refresh:
                 raise
             refresh = True
+
+
+async def _public_search(conn, catalog, body: SearchRequest, security, lim: Limits, timeout: float,
+                         counts) -> Answer:
+    """A search of a caller without the service credential, within its cost bounds: the planner
+    refuses text queries past them, and the search may take ``timeout`` seconds (0: as long as
+    statement_timeout lets it). Past that its statement is cancelled (asyncpg cancels it on the
+    server) and the caller gets 422."""
+    if timeout <= 0:
+        return await search(conn, catalog, body, security, lim, counts=counts)
+    try:
+        async with asyncio.timeout(timeout):
+            return await search(conn, catalog, body, security, lim, counts=counts)
+    except TimeoutError:
+        raise LimitExceeded(f"the search took longer than {timeout:g} s, the most for a search without the "
+                            f"service credential; narrow it") from None
 
 
 async def run_search(request: Request, name: str, body: SearchRequest) -> Response:
