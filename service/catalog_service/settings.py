@@ -69,11 +69,12 @@ class Settings(BaseSettings):
     max_batch_body_size: int = Field(default=256 << 20, ge=1024)
     max_query_terms: int = 64
     # Cost bounds of a public search (anonymous, or with a frontend's signed token; not the
-    # connector's or the admin's): words of a text query, words with '*' or '?' in it, lexicon
-    # words one of them may match, and seconds the search may take (0: no limit but
-    # statement_timeout). Past them: 422. docs/api.md, "Cost bounds".
+    # connector's or the admin's): words of a text query, words with '*' or '?' in it (Plone's
+    # search form sends one, after the last word), lexicon words one of them may match, and
+    # seconds the search may take (0: no limit but statement_timeout). Past them: 422. Measured
+    # with benchmarks/public_cost.py; docs/api.md, "Cost bounds of public searches".
     public_max_text_terms: int = Field(default=32, ge=1)
-    public_max_globs: int = Field(default=4, ge=0)
+    public_max_globs: int = Field(default=1, ge=0)
     public_max_glob_words: int = Field(default=1000, ge=1)
     public_search_timeout: float = Field(default=5.0, ge=0)
     # A SearchableText query in relevance order reads only the documents of its words' best score
