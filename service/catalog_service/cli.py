@@ -139,7 +139,7 @@ async def load_demo(dsn: str, name: str, count: int, chunk: int = 2000, quiet: b
     from .demo import objects, plone_catalog
     from .errors import NotFound
     from .store import batches
-    from .store.catalogs import CatalogRegistry, defer_indexes
+    from .store.catalogs import ANALYZE_TEXT, CatalogRegistry, defer_indexes
 
     registry = CatalogRegistry()
     conn = await _connect(dsn)
@@ -184,6 +184,7 @@ async def load_demo(dsn: str, name: str, count: int, chunk: int = 2000, quiet: b
             await _build(dsn, catalog, None if quiet else lambda line: print(line, file=sys.stderr, flush=True))
         else:
             await conn.execute(f"analyze {catalog.table}")
+            await conn.execute(ANALYZE_TEXT)
         return token
     finally:
         await conn.close()
