@@ -74,6 +74,24 @@ def prepare(environment, **_kw):
         folders = found or folders
 
 
+# The uids each indexer indexes (its own pool under /plone/loadtest-N): unindexed when the test
+# stops, so that a run leaves the catalog with the objects it found.
+indexed_uids: set[str] = set()
+
+
+@events.test_stop.add_listener
+def clean_up(environment, **_kw):
+    import httpx
+
+    if not TOKEN or not indexed_uids:
+        return
+    entries = [{"op": "unindex", "uid": uid, "version": time.time_ns()} for uid in sorted(indexed_uids)]
+    with httpx.Client(base_url=environment.host, timeout=600) as client:
+        client.post(f"/catalogs/{CATALOG}/batches", headers=auth(),
+                    json={"batch_id": f"loadtest-cleanup-{time.time_ns()}", "entries": entries}).raise_for_status()
+    indexed_uids.clear()
+
+
 def folder() -> str:
     return random.choice(folders)
 
@@ -138,6 +156,7 @@ class Indexer(HttpUser):
             raise StopUser()
         serial = next(self.serial)
         self.pool = list(objects(BATCH * 4, seed=1000 + serial, site=f"/plone/loadtest-{serial}"))
+        indexed_uids.update(entry["uid"] for entry in self.pool)
         self.round = 0
 
     @task

@@ -5,22 +5,25 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, NonNegativeInt
+from pydantic import AliasChoices, Field, NonNegativeInt
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CATALOG_", env_file=".env", extra="ignore")
 
-    # PostgreSQL. Also read from the plain DATABASE_URL. Empty: start an embedded PostgreSQL.
-    database_url: str = Field(default="", validation_alias="DATABASE_URL")
+    # PostgreSQL: DATABASE_URL, or CATALOG_DATABASE_URL (docker-compose.yml's name; the command line
+    # refuses the two set to different values). Empty: start an embedded PostgreSQL.
+    database_url: str = Field(default="", validation_alias=AliasChoices("DATABASE_URL", "CATALOG_DATABASE_URL"))
     # Optional read replica(s) for queries; writes always go to database_url.
     replica_urls: list[str] = Field(default_factory=list)
     # Where the embedded PostgreSQL keeps its data when no database_url is given.
     embedded_pgdata: Path = Path(".pgdata/service")
 
+    # Where `serve` listens (0.0.0.0 in a container: 127.0.0.1 there is reachable from inside only).
     host: str = "127.0.0.1"
     port: int = 8080
+    # Connections per worker to the primary (and to each replica).
     pool_min_size: int = 2
     pool_max_size: int = 10
     # Disable asyncpg's statement cache behind PgBouncer in transaction mode.
@@ -68,6 +71,15 @@ class Settings(BaseSettings):
     max_body_size: int = Field(default=1 << 20, ge=1024)
     max_batch_body_size: int = Field(default=256 << 20, ge=1024)
     max_query_terms: int = 64
+    # Cost bounds of a public search (anonymous, or with a frontend's signed token; not the
+    # connector's or the admin's): words of a text query, words with '*' or '?' in it (Plone's
+    # search form sends one, after the last word), lexicon words one of them may match, and
+    # seconds the search may take (0: no limit but statement_timeout). Past them: 422. Measured
+    # with benchmarks/public_cost.py; docs/api.md, "Cost bounds of public searches".
+    public_max_text_terms: int = Field(default=32, ge=1)
+    public_max_globs: int = Field(default=1, ge=0)
+    public_max_glob_words: int = Field(default=1000, ge=1)
+    public_search_timeout: float = Field(default=5.0, ge=0)
     # A SearchableText query in relevance order reads only the documents of its words' best score
     # cells (docs/decisions/0007) for pages ending at most this many results in (0: never) ...
     relevance_top: int = Field(default=1000, ge=0)
@@ -104,6 +116,7 @@ class Settings(BaseSettings):
     public_strict: bool = True
     public_max_b_size: int = Field(default=1000, ge=1)
 
+    # Log level of the service and uvicorn; one JSON object a line (false: plain text).
     log_level: str = "info"
     log_json: bool = True
 

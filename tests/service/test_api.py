@@ -91,11 +91,11 @@ def test_create_needs_admin(live_service, catalog):
     name, token = catalog
     spec = {"id": "x-" + uuid.uuid4().hex[:8], "indexes": [], "metadata": []}
     with live_service.client(token=token) as connector:
-        # A catalog's token is no credential for creating catalogs.
-        assert connector.post("/catalogs", json=spec).status_code == 401
+        # A catalog's token is a valid credential, without the right to create catalogs.
+        assert connector.post("/catalogs", json=spec).status_code == 403
     with live_service.client(token=False) as anonymous:
         r = anonymous.post("/catalogs", json=spec)
-        assert r.status_code == 403
+        assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
         assert r.headers["content-type"] == "application/problem+json"
     with live_service.client(token="wrong") as stranger:
         assert stranger.post("/catalogs", json=spec).status_code == 401

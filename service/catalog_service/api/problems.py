@@ -37,7 +37,9 @@ def install(app: FastAPI) -> None:
     async def catalog_error(request: Request, exc: CatalogError):
         if exc.status >= 500:
             request.scope[ERROR] = exc
-        return problem(exc.status, exc.title, exc.detail, str(request.url.path), **exc.extra)
+        response = problem(exc.status, exc.title, exc.detail, str(request.url.path), **exc.extra)
+        response.headers.update(exc.headers)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, Request
@@ -10,28 +11,58 @@ from starlette.routing import Route
 
 from catalog_schemas.api import SearchRequest, SearchResult
 
-from ..errors import Forbidden
+from ..errors import Forbidden, LimitExceeded, Unauthorized
 from ..metrics import QUERIES
 from ..planner.plan import SECURITY_INDEX, Limits
 from ..store.search import Answer, StaleSchema, search
 from .auth import Credential, identify, security_for
-from .deps import HEADERS, body_schema, credential_of, limits_for, read_body
+from .deps import HEADERS, body_schema, credential_of, limits_for, public_limits_of, read_body
 
 router = APIRouter(tags=["search"])
 
 
-async def searched(conn, state, catalog, body: SearchRequest, cred: Credential, lim: Limits, runner=search):
+async def searched(conn, state, catalog, body: SearchRequest, cred: Credential, lim: Limits, runner=search,
+                   refreshed: bool = True):
     """``runner``'s answer to ``body`` on ``catalog``, for the caller the credential names: its
     security comes from the credential, and only the connector names principals or staged
-    batches. Raises StaleSchema when the catalog changed since it was loaded."""
-    caller = identify(cred, catalog, state.settings.admin_token)
-    if not caller.trusted:
-        if SECURITY_INDEX in body.query:
-            raise Forbidden(f"{SECURITY_INDEX} is decided by the server, not by the query")
-        if body.batch_ids:
-            raise Forbidden("only the connector may see staged batches")
+    batches. A caller without the service credential gets the public cost bounds (its text
+    queries' words and globs, ``CATALOG_PUBLIC_SEARCH_TIMEOUT``). Raises StaleSchema when the
+    catalog changed since it was loaded, and when a token the catalog does not know may be one
+    of a rotation newer than the catalog loaded (unless it was ``refreshed`` already)."""
+    try:
+        caller = identify(cred, catalog, state.settings.admin_token)
+    except Unauthorized:
+        if refreshed or cred.malformed:
+            raise
+        raise StaleSchema() from None  # the cached catalog may predate a rotation of its token
+    if caller.trusted:
+        return await runner(conn, catalog, body, security_for(caller, cred, body.show_inactive, datetime.now(UTC)),
+                            lim, counts=state.counts, facet_cache=state.facet_counts)
+    if SECURITY_INDEX in body.query:
+        raise Forbidden(f"{SECURITY_INDEX} is decided by the server, not by the query")
+    if body.batch_ids:
+        raise Forbidden("only the connector may see staged batches")
     security = security_for(caller, cred, body.show_inactive, datetime.now(UTC))
-    return await runner(conn, catalog, body, security, lim, counts=state.counts, facet_cache=state.facet_counts)
+    bounded = public_limits(state)
+    timeout = state.settings.public_search_timeout
+    if timeout <= 0:
+        return await runner(conn, catalog, body, security, bounded, counts=state.counts, facet_cache=state.facet_counts)
+    try:
+        async with asyncio.timeout(timeout):
+            return await runner(conn, catalog, body, security, bounded, counts=state.counts,
+                                facet_cache=state.facet_counts)
+    except TimeoutError:
+        # asyncpg cancelled the statement on the server.
+        raise LimitExceeded(f"the search took longer than {timeout:g} s, the most for a search without the "
+                            f"service credential; narrow it") from None
+
+
+def public_limits(state) -> Limits:
+    """The limits of a caller without the service credential (api.deps.public_limits_of)."""
+    lim = getattr(state, "public_limits", None)
+    if lim is None:
+        lim = state.public_limits = public_limits_of(state.settings)
+    return lim
 
 
 async def _search_on(conn, request: Request, name: str, body: SearchRequest, cred: Credential,
@@ -43,7 +74,7 @@ async def _search_on(conn, request: Request, name: str, body: SearchRequest, cre
         if not refresh:
             QUERIES.labels(name).inc()  # known catalogs only: made-up names make no series
         try:
-            return await searched(conn, state, catalog, body, cred, lim)
+            return await searched(conn, state, catalog, body, cred, lim, refreshed=refresh)
         except StaleSchema:
             if refresh:
                 raise

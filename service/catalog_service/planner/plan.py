@@ -17,6 +17,7 @@ from ..errors import LimitExceeded, QueryError
 from ..indexes import Index, IndexQuery, QueryContext, RowsOverlay
 from ..indexes.simple import DateRangeIndex
 from ..indexes.text import ZCTextIndex
+from ..text import And, Atom, Glob, Not, Or, Phrase, parse_query
 from .sql import Params, all_of
 
 # Query keys that are not index names (ZCatalog reads them from the same mapping).
@@ -53,6 +54,11 @@ class Limits:
     # Facet counts (planner/facets.py): facets per search, values listed per facet.
     max_facets: int = 16
     max_facet_values: int = 1000
+    # Cost bounds of the callers without the service credential (api.deps.limits_for), None for
+    # the others: words of a text query, its globs, the lexicon words one glob may match.
+    max_text_terms: int | None = None
+    max_globs: int | None = None
+    max_glob_words: int | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,10 @@ class SearchPlan:
     plain_below: int = 0
     precheck_sql: str = ""
     precheck_params: list[Any] = field(default_factory=list)
+    # With Limits.max_glob_words: a statement answering the most lexicon words one of the query's
+    # globs matches (counted up to one past the limit), run before the search.
+    expansion_sql: str = ""
+    expansion_params: list[Any] = field(default_factory=list)
     # A sorted query paged by sort_limit alone from a b_start: ZCatalog keeps only the first
     # ``sort_limit_stop`` results, then starts at b_start, unless b_start lies past half of the
     # total (then it sorts in reverse and gives sort_limit results from b_start). The page's SQL
@@ -177,6 +187,62 @@ def _check_sizes(value: Any, limits: Limits, where: str, depth: int = 0) -> None
             _check_sizes(item, limits, where, depth + 1)
     elif isinstance(value, str) and len(value) > limits.max_text_length:
         raise LimitExceeded(f"{where}: a value of {len(value)} characters, at most {limits.max_text_length} allowed")
+
+
+def _text_terms(node) -> tuple[int, list[Glob]]:
+    """The words of a parsed text query (a phrase's each), and its globs."""
+    match node:
+        case Atom():
+            return 1, []
+        case Phrase(words):
+            return len(words), []
+        case Glob():
+            return 1, [node]
+        case Not(child):
+            return _text_terms(child)
+        case And(children) | Or(children):
+            words, globs = 0, []
+            for child in children:
+                n, g = _text_terms(child)
+                words, globs = words + n, globs + g
+            return words, globs
+    raise TypeError(f"not a text query node: {node!r}")
+
+
+def _text_cost(query: dict, schema: CatalogSchema, names: list[str], limits: Limits, source: str
+               ) -> tuple[str, list[Any]]:
+    """Refuse text queries past the cost bounds of ``limits`` (LimitExceeded, 422), and return the
+    statement that counts the globs' expansions (``SearchPlan.expansion_sql``), if any."""
+    if limits.max_text_terms is None and limits.max_globs is None and limits.max_glob_words is None:
+        return "", []
+    expansions = []
+    params = Params()
+    ctx = QueryContext(params=params, catalog_id=schema.catalog_id, table=source)
+    for name in names:
+        index = schema.indexes[name]
+        if not isinstance(index, ZCTextIndex):
+            continue
+        keys = parse_index_query(query, index).keys
+        text = " ".join(k for k in keys if isinstance(k, str))
+        try:
+            tree = parse_query(text) if text else None
+        except QueryError:
+            continue  # refused as ZCatalog refuses it, by the index's condition
+        if tree is None:
+            continue
+        words, globs = _text_terms(tree)
+        if limits.max_text_terms is not None and words > limits.max_text_terms:
+            raise LimitExceeded(f"{name}: {words} words, at most {limits.max_text_terms} in a search without the "
+                                f"service credential")
+        if limits.max_globs is not None and len(globs) > limits.max_globs:
+            raise LimitExceeded(f"{name}: {len(globs)} words with '*' or '?', at most {limits.max_globs} in a "
+                                f"search without the service credential")
+        if limits.max_glob_words is not None:
+            expansions += [f"cardinality({index.glob_words_sql(g, ctx, limits.max_glob_words + 1)})"
+                           for g in dict.fromkeys(globs)]
+    if not expansions:
+        return "", []
+    return f"select greatest({', '.join(expansions)})", list(params.values)
 
 
 def _sort_spec(query: dict, schema: CatalogSchema) -> list[tuple[Index, bool]]:
@@ -365,12 +431,14 @@ def plan_search(
     overlay = rows_overlay(schema, batch_ids, params)
     source = overlay.source
     queried = queried_indexes(query, schema, limits)
+    expansion_sql, expansion_params = _text_cost(query, schema, queried[0], limits, source)
     sort = _sort_spec(query, schema)  # ZCatalog reads sort_on and sort_order first (searchResults)
     selection = select_rows(query, schema, limits, security, params, overlay, batch_ids, queried=queried)
     if selection.deferred_error is not None:
         return SearchPlan(sql="", params=[], count_sql="", b_start=0, b_size=None,
                           deferred_error=selection.deferred_error, precheck_sql=selection.probe,
-                          precheck_params=list(params.values[:selection.probe_params]))
+                          precheck_params=list(params.values[:selection.probe_params]),
+                          expansion_sql=expansion_sql, expansion_params=expansion_params)
     ctx, conditions, index_names = selection.ctx, selection.conditions, selection.index_names
     text_conditions, applied, ignored = selection.text_conditions, selection.applied, selection.ignored
     score_factor, score_offset = selection.score_factor, selection.score_offset
@@ -449,7 +517,8 @@ def plan_search(
                       b_start=start, b_size=size, empty=not applied, ignored=ignored,
                       plain_sql=plain_sql, plain_below=plain_below,
                       sort_limit_stop=sort_limit_stop if start else None,
-                      score_factor=score_factor, score_offset=score_offset)
+                      score_factor=score_factor, score_offset=score_offset,
+                      expansion_sql=expansion_sql, expansion_params=expansion_params)
 
 
 def _from_best_cells(sql: str, cells, where: str, source: str, meta_sql: str, score_sql: str,

@@ -100,7 +100,8 @@ async def public_page(request: Request, name: str, build: Callable[[Catalog], Se
                 QUERIES.labels(name).inc()
             body = build(catalog)
             try:
-                return catalog, await searched(conn, state, catalog, body, cred, lim, runner=search_page)
+                return catalog, await searched(conn, state, catalog, body, cred, lim, runner=search_page,
+                                               refreshed=refresh)
             except StaleSchema:
                 if refresh:
                     raise

@@ -22,6 +22,7 @@ import orjson
 
 from catalog_schemas.api import SearchRequest
 
+from ..errors import LimitExceeded
 from ..metrics import COUNT_CACHE
 from ..planner.facets import FacetPlan, facet_counts, parse_facets, plan_facets
 from ..planner.plan import UNRESTRICTED, Limits, SearchPlan, Security, plan_search
@@ -360,6 +361,16 @@ async def _execute(conn: asyncpg.Connection, catalog: Catalog, request: SearchRe
         metadata=None if request.metadata in (None, "*") else list(request.metadata),
         b_start=request.b_start, b_size=request.b_size,
     )
+    if plan.expansion_sql:
+        # A public search's globs, each counted up to one past the limit: the search itself would
+        # read every word's documents (and score them).
+        try:
+            words = await conn.fetchval(plan.expansion_sql, *plan.expansion_params)
+        except asyncpg.UndefinedTableError as exc:
+            raise StaleSchema() from exc
+        if words is not None and words > limits.max_glob_words:
+            raise LimitExceeded(f"a word with '*' or '?' matches more than {limits.max_glob_words} words of the "
+                                f"lexicon, the most in a search without the service credential; make it longer")
     if plan.deferred_error is not None:
         try:
             found = await conn.fetchval(plan.precheck_sql, *plan.precheck_params)
