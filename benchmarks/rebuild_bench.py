@@ -60,13 +60,12 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.service_pid = service_pid
         self.phase = "generate"
-        self.began = time.monotonic()
         self.samples: list[tuple[str, float, int, int]] = []
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(0.5):
-            self.samples.append((self.phase, round(time.monotonic() - self.began, 1), _memory("VmRSS"),
+            self.samples.append((self.phase, round(time.time(), 2), _memory("VmRSS"),
                                  _memory("VmRSS", self.service_pid) if self.service_pid else 0))
 
 
@@ -156,13 +155,40 @@ def worker(config: dict) -> dict:
     return out
 
 
+class Probe(threading.Thread):
+    """Another program's query of the catalog, one after the other (a quarter second apart) for
+    the whole run: how long other readers wait while a rebuild commits."""
+
+    def __init__(self, url: str, token: str, catalog_id: str):
+        super().__init__(daemon=True)
+        import httpx
+
+        self.client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=3600)
+        self.path = f"/catalogs/{catalog_id}/query"
+        self.samples: list[tuple[float, float, int]] = []  # (wall clock, ms, status)
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        body = {"query": {"portal_type": "Document", "sort_on": "getId"}, "b_size": 20}
+        while not self.stopped.wait(0.25):
+            began = time.monotonic()
+            try:
+                status = self.client.post(self.path, json=body).status_code
+            except Exception:  # noqa: BLE001 - a failure is a sample too
+                status = 0
+            self.samples.append((time.time(), (time.monotonic() - began) * 1000, status))
+
+
 def run_worker(args, service, workdir: Path) -> dict:
     output = workdir / "site.json"
     config = {"objects": args.objects, "cache": args.cache, "target": str(workdir / "site.fs"),
               "blob_dir": str(workdir / "site-blobs"), "output": str(output),
               "service_pid": str(service.process.pid), "profile": bool(args.profile)}
+    catalog_id = f"rebuild-{os.getpid()}"
     env = {**os.environ, "CATALOG_SERVICE_URL": service.url, "CATALOG_SERVICE_TOKEN": service.admin_token,
-           "CATALOG_SERVICE_CATALOG_ID": f"rebuild-{os.getpid()}"}
+           "CATALOG_SERVICE_CATALOG_ID": catalog_id}
+    probe = Probe(service.url, service.admin_token, catalog_id)
+    probe.start()
     log = workdir / "site.log"
     with log.open("w") as stream:
         process = subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(config)], env=env,
@@ -176,7 +202,9 @@ def run_worker(args, service, workdir: Path) -> dict:
     if process.returncode != 0 or not output.exists():
         lines = log.read_text(errors="replace").splitlines()[-15:]
         raise SystemExit(f"worker exited with {process.returncode}: " + " | ".join(x.strip() for x in lines))
+    probe.stopped.set()
     result = json.loads(output.read_text())
+    result["probe"] = probe.samples
     result["progress"] = [line for line in log.read_text(errors="replace").splitlines()
                           if "clearFindAndRebuild of catalog" in line][-3:]
     return result
@@ -202,7 +230,7 @@ def plot(result: dict, path: Path) -> bool:
         samples = [s for s in result["samples"] if s[0] == name]
         if not samples:
             continue
-        t0 = samples[0][1]
+        t0 = samples[0][1]  # wall clock
         ax.plot([s[1] - t0 for s in samples], [s[2] for s in samples], label="Plone process")
         if any(s[3] for s in samples):
             ax.plot([s[1] - t0 for s in samples], [s[3] for s in samples], label="service", linestyle="--")
@@ -235,12 +263,28 @@ def render(result: dict, args, plotted: bool) -> str:
         "| peak RSS MiB | service peak RSS MiB |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    waits = []
     for name in PHASES:
         r = result[name]
-        service_peak = max((s[3] for s in result["samples"] if s[0] == name), default=0)
+        samples = [s for s in result["samples"] if s[0] == name]
+        service_peak = max((s[3] for s in samples), default=0)
         lines.append(f"| {LABELS[name]} | {r['catalog']} | {r['cataloged']:,} | {r['rebuild_s']:.1f} | "
                      f"{r['objects_per_s']:.0f} | {r['rebuild_cpu_s']:.1f} | {r['rss_before_mib']:,} | "
                      f"{r['peak_rss_mib']:,} | {service_peak:,} |")
+        if samples:
+            # The probe's queries that ended in the phase (or just after: one the commit held).
+            window = [q for q in result.get("probe", []) if samples[0][1] <= q[0] <= samples[-1][1] + 5]
+            answered = sorted(q[1] for q in window if q[2] == 200)
+            failed = sum(1 for q in window if q[2] not in (200, 404))
+            if answered:
+                waits.append(f"| {LABELS[name]} | {len(answered):,} | {answered[len(answered) // 2]:.0f} | "
+                             f"{answered[int(len(answered) * 0.99)]:.0f} | {answered[-1]:,.0f} | {failed} |")
+    if waits:
+        lines += ["", "Another reader's query of the catalog (20 Documents sorted by id, admin credentials), one every",
+                  "quarter second for the whole run: how long it waited in each phase (the catalog did not exist",
+                  "before the install: those 404s are left out).", "",
+                  "| phase | queries answered | p50 ms | p99 ms | longest ms | failed |", "|---|---:|---:|---:|---:|---:|",
+                  *waits]
     if plotted:
         lines += ["", "![RSS during each phase](rebuild_memory.png)"]
     if result.get("progress"):
