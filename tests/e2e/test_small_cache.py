@@ -160,6 +160,19 @@ def _content_paths(site) -> set[str]:
     return found
 
 
+def _check_from_a_cold_cache(db, site_id: str, documents: int) -> None:
+    """In a fresh connection with the cache emptied: the catalog holds what ZODB holds, and its
+    documents' brains lead to their objects."""
+    db.cacheMinimize()
+    with _as_owner(db, site_id) as app:
+        site = app[site_id]
+        setSite(site)
+        assert _catalog_paths(site) == _content_paths(site)
+        brains = site.portal_catalog(Title="Gartenzwerg", sort_on="getId")
+        assert len(brains) == documents
+        assert brains[0].getObject().Title() == brains[0].Title
+
+
 @pytest.mark.parametrize("connector", [True, False], ids=["connector", "stock"])
 def test_site_creation_from_a_distribution_with_content(small_db, connector):
     """The classic distribution with its example content: plone.exportimport imports it in a few
@@ -213,14 +226,7 @@ def test_site_creation_content_rebuild_and_upgrade_with_a_tiny_cache(small_db):
         site.portal_catalog.refreshCatalog(clear=1)
         transaction.commit()
 
-    db.cacheMinimize()
-    with _as_owner(db, site_id) as app:
-        site = app[site_id]
-        setSite(site)
-        assert _catalog_paths(site) == _content_paths(site)
-        brains = site.portal_catalog(Title="Gartenzwerg", sort_on="getId")
-        assert len(brains) == DOCUMENTS
-        assert brains[0].getObject().Title() == brains[0].Title
+    _check_from_a_cold_cache(db, site_id, DOCUMENTS)
 
 
 def test_site_creation_with_the_connector_before_other_profiles(small_db):
@@ -321,11 +327,4 @@ def test_install_into_an_existing_site_then_rebuild_in_chunks_with_a_tiny_cache(
     # Progress lines every chunk, then the total: the site went in several appends each time.
     assert len(installed) >= documents // 25, installed
     assert len(rebuilt) >= documents // 25, rebuilt
-    db.cacheMinimize()
-    with _as_owner(db, site_id) as app:
-        site = app[site_id]
-        setSite(site)
-        assert _catalog_paths(site) == _content_paths(site)
-        brains = site.portal_catalog(Title="Gartenzwerg", sort_on="getId")
-        assert len(brains) == documents
-        assert brains[0].getObject().Title() == brains[0].Title
+    _check_from_a_cold_cache(db, site_id, documents)
