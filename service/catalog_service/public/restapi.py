@@ -46,8 +46,13 @@ def site_of(catalog: Catalog) -> Site:
 
 
 def request_url(request: Request) -> str:
-    """The URL the caller asked, without its query string (plone.restapi's ACTUAL_URL)."""
-    return str(request.url.replace(query=""))
+    """The URL the caller asked, without its query string (plone.restapi's ACTUAL_URL): its path
+    as sent, still quoted (a context path with ``%`` or non-ASCII letters)."""
+    raw = request.scope.get("raw_path")
+    url = request.url.replace(query="")
+    if raw:
+        url = url.replace(path=(request.scope.get("root_path", "") + raw.decode("latin-1")).split("?", 1)[0])
+    return str(url)
 
 
 @dataclass(frozen=True)
