@@ -270,7 +270,8 @@ QUERYSTRING_POST = {**body_schema(QuerystringSearchRequest), "parameters": [
 
 async def _querystring_get(request: Request, catalog: str, context_path: str) -> Response:
     form = url_form(request, GET_URL_PARAMETERS)
-    search = read_search(body_of_get(form), form, request)
+    # Only the batching parameters beside the JSON (the GET form's fields are the JSON's).
+    search = read_search(body_of_get(form), {k: v for k, v in form.items() if k in ("b_start", "b_size")}, request)
     return await conditional_search(request, catalog,
                                     lambda: querystring_search(request, catalog, search, context_path))
 
