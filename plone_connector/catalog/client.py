@@ -31,6 +31,7 @@ from catalog_schemas.api import (
     BatchResult,
     CatalogCreate,
     CatalogInfo,
+    CatalogSettings,
     SchemaUpdate,
     SearchRequest,
     SearchResult,
@@ -193,6 +194,14 @@ class CatalogClient:
     def update_schema(self, catalog_id: str, update: SchemaUpdate) -> CatalogInfo:
         data = self._send("PATCH", self._catalog_path(catalog_id, "schema"), body=update.model_dump())
         return CatalogInfo.model_validate(data)
+
+    def get_settings(self, catalog_id: str) -> CatalogSettings:
+        return CatalogSettings.model_validate(self._send("GET", self._catalog_path(catalog_id, "settings")))
+
+    def update_settings(self, catalog_id: str, changes: dict) -> CatalogSettings:
+        """Change the settings ``changes`` names (None resets one to its default)."""
+        data = self._send("PATCH", self._catalog_path(catalog_id, "settings"), body=changes)
+        return CatalogSettings.model_validate(data)
 
     def drop_catalog(self, catalog_id: str) -> None:
         self._send("DELETE", self._catalog_path(catalog_id))

@@ -27,6 +27,7 @@ from .client import get_client
 from .errors import ServiceRejected
 from .indexes import ServiceCatalog
 from .schema import declarations
+from .site_settings import site_settings
 from .tool import ServiceCatalogTool
 
 logger = logging.getLogger("plone_connector.catalog")
@@ -155,6 +156,25 @@ def ensure_service_catalog(tool, value_types: dict | None = None) -> None:
         if exc.status != 409:
             raise
         client.update_schema(catalog_id, tool.schema_update())
+    push_site_settings(tool)
+
+
+def push_site_settings(tool) -> None:
+    """Give the service's catalog what the connector knows of its site (site_settings.py): its
+    path, type titles, time zone and, while the catalog has none, its public address. A refusal
+    is logged, not raised: the public routes need the settings, the site's own catalog does not."""
+    client = get_client()
+    catalog_id = tool.catalog_id()
+    portal = aq_parent(aq_inner(tool))
+    try:
+        changes = site_settings(portal, client.get_settings(catalog_id))
+        client.update_settings(catalog_id, changes)
+    except ServiceRejected as exc:
+        logger.warning("could not set the settings of catalog %s in the catalog service (%s); set them with "
+                       "PATCH /catalogs/%s/settings", catalog_id, exc, catalog_id)
+        return
+    logger.info("catalog %s settings: %s", catalog_id,
+                ", ".join(f"{k}={v!r}" for k, v in changes.items() if k != "type_titles"))
 
 
 def uninstall_service_catalog(portal) -> CatalogTool:
@@ -200,6 +220,14 @@ def upgrade_index_views(context):
     tool = getattr(portal, TOOL_ID)
     if isinstance(aq_base(tool), ServiceCatalogTool):
         _make_service_catalog(tool)
+
+
+def upgrade_site_settings(context):
+    """Profile version 3: the service's catalog gets the site's settings (push_site_settings)."""
+    portal = aq_parent(aq_inner(context))
+    tool = getattr(portal, TOOL_ID)
+    if isinstance(aq_base(tool), ServiceCatalogTool):
+        push_site_settings(tool)
 
 
 def install(context):

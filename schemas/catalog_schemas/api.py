@@ -9,8 +9,9 @@ as the matching ZCatalog index would.
 from __future__ import annotations
 
 from typing import Any, Literal
+from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 INDEX_TYPES = (
     "FieldIndex",
@@ -83,11 +84,23 @@ class CatalogSettings(Model):
     address of the catalog plus that path. ``site_path``: the site's physical path (``/plone``);
     without it, the first component of the object's path. ``type_titles``: the title of each
     portal_type (its FTI's title), shown as ``type_title``; a type without one shows its name, as
-    plone.restapi does for a type without an FTI."""
+    plone.restapi does for a type without an FTI. ``timezone``: the IANA name of the Plone
+    process's zone (its ``DateTime``'s local zone), where ``@querystring-search``'s "today" and
+    relative days begin at midnight."""
 
     public_url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://[^\s?#]+$")
     site_path: str | None = Field(default=None, max_length=2000, pattern=r"^/[^\s?#]*$")
     type_titles: dict[str, str] = Field(default_factory=dict, max_length=1000)
+    timezone: str = Field(default="UTC", max_length=100)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, name: str) -> str:
+        try:
+            ZoneInfo(name)
+        except (ValueError, KeyError, OSError) as exc:  # ZoneInfoNotFoundError is a KeyError
+            raise ValueError(f"{name!r} is no IANA time zone name (e.g. Europe/Berlin, UTC)") from exc
+        return name
 
 
 class CatalogCreate(Model):
@@ -338,6 +351,34 @@ class RestapiSearchResult(BaseModel):
     items_total: int
     items: list[RestapiItem]
     batching: Batching | None = None
+
+
+class QuerystringCriterion(BaseModel):
+    """A plone.app.querystring criterion: index, operation (its registry name), value."""
+
+    model_config = ConfigDict(extra="allow")
+    i: str = Field(description="the index, e.g. portal_type")
+    o: str = Field(description="the operation, e.g. plone.app.querystring.operation.selection.any")
+    v: Any = Field(default=None, description="the operation's value (a list, a text, a number of days...)")
+
+
+class QuerystringSearchRequest(BaseModel):
+    """plone.restapi's ``@querystring-search`` body. Numbers may come as text, as plone.restapi
+    reads them with ``int()``; other keys are ignored as plone.restapi ignores them (Volto sends
+    its block's data along)."""
+
+    model_config = ConfigDict(extra="allow")
+    query: list[QuerystringCriterion]
+    b_start: int | str | None = Field(default=None, description="the first item of the page (0)")
+    b_size: int | str | None = Field(default=None, description="items per page (25)")
+    sort_on: str | list[str] | None = None
+    sort_order: str | None = Field(default=None, description='"descending", or anything else for ascending')
+    limit: int | str | None = Field(default=None, description="the most items the result has (items_total "
+                                    "counts at most these)")
+    metadata_fields: str | list[str] | None = Field(default=None, description="metadata columns to add to "
+                                                    "each item; _all for every one")
+    fullobjects: bool | int | str | None = Field(default=None, description="refused with 400 when true: the "
+                                                 "service holds no objects")
 
 
 class UniqueValues(Model):

@@ -81,9 +81,30 @@ HEADERS = {"parameters": [
 ]}
 
 
+def _inline_defs(schema: dict) -> dict:
+    """``schema`` with its ``#/$defs/...`` references replaced by the definitions: inside an
+    OpenAPI document such a reference would point at the document's root, not the schema's."""
+    defs = schema.pop("$defs", {})
+
+    def resolve(node, within: tuple[str, ...] = ()):
+        if isinstance(node, dict):
+            name = node.get("$ref", "").removeprefix("#/$defs/")
+            if name in defs and len(node) == 1:
+                if name in within:
+                    raise ValueError(f"{name} is recursive: its schema cannot be inlined")
+                return resolve(defs[name], (*within, name))
+            return {key: resolve(value, within) for key, value in node.items()}
+        if isinstance(node, list):
+            return [resolve(item, within) for item in node]
+        return node
+
+    return resolve(schema)
+
+
 def body_schema(model: type[BaseModel]) -> dict:
     """``openapi_extra`` describing a JSON request body that the route reads with :func:`read_body`."""
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": _inline_defs(model.model_json_schema())}}}}
 
 
 async def read_body(request: Request, model: type[M]) -> M:

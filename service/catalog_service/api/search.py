@@ -15,10 +15,21 @@ from ..errors import Forbidden, LimitExceeded, Unauthorized
 from ..metrics import QUERIES
 from ..planner.plan import SECURITY_INDEX, Limits
 from ..store.search import Answer, StaleSchema, search
-from .auth import Credential, identify, security_for
+from .auth import Caller, Credential, identify, security_for
 from .deps import HEADERS, body_schema, credential_of, limits_for, public_limits_of, read_body
 
 router = APIRouter(tags=["search"])
+
+
+def caller_for(state, catalog, cred: Credential, refreshed: bool = True) -> Caller:
+    """Who the credential names on ``catalog``. Raises StaleSchema when the catalog does not know
+    the token but may be older than a rotation that made it (unless it was ``refreshed``)."""
+    try:
+        return identify(cred, catalog, state.settings.admin_token)
+    except Unauthorized:
+        if refreshed or cred.malformed:
+            raise
+        raise StaleSchema() from None  # the cached catalog may predate a rotation of its token
 
 
 async def searched(conn, state, catalog, body: SearchRequest, cred: Credential, lim: Limits, runner=search,
@@ -29,12 +40,7 @@ async def searched(conn, state, catalog, body: SearchRequest, cred: Credential, 
     queries' words and globs, ``CATALOG_PUBLIC_SEARCH_TIMEOUT``). Raises StaleSchema when the
     catalog changed since it was loaded, and when a token the catalog does not know may be one
     of a rotation newer than the catalog loaded (unless it was ``refreshed`` already)."""
-    try:
-        caller = identify(cred, catalog, state.settings.admin_token)
-    except Unauthorized:
-        if refreshed or cred.malformed:
-            raise
-        raise StaleSchema() from None  # the cached catalog may predate a rotation of its token
+    caller = caller_for(state, catalog, cred, refreshed)
     if caller.trusted:
         return await runner(conn, catalog, body, security_for(caller, cred, body.show_inactive, datetime.now(UTC)),
                             lim, counts=state.counts, facet_cache=state.facet_counts)

@@ -4,25 +4,32 @@
 query (typed, e.g. by ``query.QueryTyper``, or a function of the catalog that returns one) and it
 runs the search with the caller's security and answers what plone.restapi's
 ``LazyCatalogResultSerializer`` answers for the same brains: ``@id``, ``items_total``, ``items``
-(the summary of each brain), ``batching`` when there is more than one page.
+(the summary of each brain), ``batching`` when there is more than one page, as an
+``store.search.Answer`` (body, completeness and the catalog state it was read at, for ETags).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
+import orjson
 from fastapi import Request
 
 from catalog_schemas.api import SearchRequest
 from catalog_schemas.public_values import public_value
 
+from ..api.auth import Caller, Credential, security_for
 from ..api.deps import credential_of, limits_for
-from ..api.search import searched
+from ..api.search import caller_for, searched
 from ..metrics import QUERIES
+from ..planner.plan import Limits, Security
 from ..store.catalogs import Catalog
-from ..store.search import Brain, Page, StaleSchema, search_page
+from ..store.search import Answer, Brain, Page, StaleSchema, search_page
 from .query import InvalidParameter, Site, integer
 
 DEFAULT_B_SIZE = 25  # plone.restapi's DEFAULT_BATCH_SIZE
@@ -39,8 +46,13 @@ def site_of(catalog: Catalog) -> Site:
 
 
 def request_url(request: Request) -> str:
-    """The URL the caller asked, without its query string (plone.restapi's ACTUAL_URL)."""
-    return str(request.url.replace(query=""))
+    """The URL the caller asked, without its query string (plone.restapi's ACTUAL_URL): its path
+    as sent, still quoted (a context path with ``%`` or non-ASCII letters)."""
+    raw = request.scope.get("raw_path")
+    url = request.url.replace(query="")
+    if raw:
+        url = url.replace(path=(request.scope.get("root_path", "") + raw.decode("latin-1")).split("?", 1)[0])
+    return str(url)
 
 
 @dataclass(frozen=True)
@@ -86,9 +98,40 @@ def public_uid(catalog: Catalog, brain: Brain):
 # -- running a public search -----------------------------------------------------------------
 
 
-async def public_page(request: Request, name: str, build: Callable[[Catalog], SearchRequest]) -> tuple[Catalog, Page]:
-    """The page ``build(catalog)`` asks for, with the caller's security (api.search.searched),
-    from a read replica when there is one; ``build`` runs again if the catalog changed."""
+@dataclass(frozen=True)
+class CatalogReader:
+    """What a public search's builder may ask before the search runs, on the search's connection
+    and catalog: who the caller is (from the credential, as the search decides it) and the brains
+    of small searches with a security of its choosing (plone.app.querystring's lookups)."""
+
+    conn: Any
+    state: Any
+    catalog: Catalog
+    credential: Credential
+    limits: Limits
+    refreshed: bool
+
+    def caller(self) -> Caller:
+        return caller_for(self.state, self.catalog, self.credential, self.refreshed)
+
+    def security(self, show_inactive: bool = False) -> Security:
+        """The security the search runs with (api.auth.security_for)."""
+        return security_for(self.caller(), self.credential, show_inactive, datetime.now(UTC))
+
+    async def brains(self, query: dict, security: Security, metadata: list[str], b_size: int = 1) -> list[Brain]:
+        page = await search_page(self.conn, self.catalog,
+                                 SearchRequest(query=query, metadata=metadata, b_start=0, b_size=b_size),
+                                 security, self.limits)
+        return page.brains
+
+
+Build = Callable[[Catalog, CatalogReader], SearchRequest | Awaitable[SearchRequest]]
+
+
+async def public_page(request: Request, name: str, build: Build) -> tuple[Catalog, Page]:
+    """The page ``build(catalog, reader)`` asks for (a function or a coroutine function), with the
+    caller's security (api.search.searched), from a read replica when there is one; ``build``
+    runs again if the catalog changed."""
     state = request.app.state
     cred, lim = credential_of(request.headers), limits_for(request)
 
@@ -98,8 +141,10 @@ async def public_page(request: Request, name: str, build: Callable[[Catalog], Se
             catalog = await state.registry.current(conn, name, refresh=refresh)
             if not refresh:
                 QUERIES.labels(name).inc()
-            body = build(catalog)
             try:
+                body = build(catalog, CatalogReader(conn, state, catalog, cred, lim, refresh))
+                if inspect.isawaitable(body):
+                    body = await body
                 return catalog, await searched(conn, state, catalog, body, cred, lim, runner=search_page,
                                                refreshed=refresh)
             except StaleSchema:
@@ -219,8 +264,22 @@ def batching_links(url: str, query_string: str, total: int, b_start: int, b_size
     return links
 
 
+def restapi_answer(request: Request, catalog: Catalog, page: Page, brains: list[Brain], items_total: int,
+                   b_start: int, b_size: int, fields: list[str]) -> Answer:
+    """The LazyCatalogResultSerializer's answer: ``brains`` are the page's, ``items_total`` what
+    plone.batching counts, ``b_start``/``b_size`` the page HypermediaBatch shows."""
+    urls = Urls.of(catalog, request)
+    url, query_string = request_url(request), request.url.query
+    answer = {"@id": canonical_url(url, query_string), "items_total": items_total}
+    links = batching_links(url, query_string, items_total, b_start, b_size)
+    if links:
+        answer["batching"] = links
+    answer["items"] = [restapi_item(catalog, urls, brain, fields) for brain in brains]
+    return Answer(body=orjson.dumps(answer), complete=page.complete, state=page.state or ())
+
+
 async def restapi_response(request: Request, name: str, query: dict | Callable[[Catalog], dict],
-                           metadata_fields=None, fullobjects: bool = False) -> dict:
+                           metadata_fields=None, fullobjects: bool = False) -> Answer:
     """plone.restapi's answer to ``catalog.searchResults(**query)`` serialized for ``request``.
 
     ``query``: a ZCatalog query as plone.restapi passes it to the catalog (its ``b_start``,
@@ -234,7 +293,7 @@ async def restapi_response(request: Request, name: str, query: dict | Callable[[
     strict = request.app.state.settings.public_strict
     shape: dict = {}
 
-    def build(catalog: Catalog) -> SearchRequest:
+    def build(catalog: Catalog, reader: CatalogReader) -> SearchRequest:
         catalog_query = dict(query(catalog) if callable(query) else query)
         b_start = integer(catalog_query.get("b_start", 0), "b_start")
         if b_start < 0:
@@ -252,17 +311,11 @@ async def restapi_response(request: Request, name: str, query: dict | Callable[[
         return SearchRequest.model_validate(body)
 
     catalog, page = await public_page(request, name, build)
-    urls = Urls.of(catalog, request)
     first, end = page_bounds(page.total, shape["b_start"], shape["b_size"])
     # A batch the catalog cut itself (b_size or sort_limit in the query) is shown from its start.
     brains = page.brains[:max(0, end - first)]
-    url, query_string = request_url(request), request.url.query
-    answer = {"@id": canonical_url(url, query_string), "items_total": page.total}
-    links = batching_links(url, query_string, page.total, shape["b_start"], shape["b_size"])
-    if links:
-        answer["batching"] = links
-    answer["items"] = [restapi_item(catalog, urls, brain, shape["fields"]) for brain in brains]
-    return answer
+    return restapi_answer(request, catalog, page, brains, page.total, shape["b_start"], shape["b_size"],
+                          shape["fields"])
 
 
 # -- /search's shape ---------------------------------------------------------------------------

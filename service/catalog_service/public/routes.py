@@ -1,4 +1,5 @@
-"""The public routes: ``/search`` (GET, POST) and plone.restapi's ``@search`` under each catalog.
+"""The public routes: ``/search`` (GET, POST) and plone.restapi's ``@search`` and
+``@querystring-search`` under each catalog.
 
 Both answer in the public contract (docs/api.md, "Public search"): metadata as plain JSON,
 ``UID`` the Plone UID, ``@id`` the public URL, paths relative to the site; a page of 25 unless
@@ -16,7 +17,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from catalog_schemas.api import FacetRequest, PublicSearchResult, RestapiSearchResult, SearchRequest
+from catalog_schemas.api import (
+    FacetRequest,
+    PublicSearchResult,
+    QuerystringSearchRequest,
+    RestapiSearchResult,
+    SearchRequest,
+)
 
 from ..api.caching import conditional_search
 from ..api.deps import HEADERS, body_schema, read_body
@@ -25,15 +32,20 @@ from ..store.catalogs import Catalog
 from ..store.search import Answer
 from .form import parse_form, unflatten
 from .query import InvalidParameter, QueryTyper, integer
+from .querystring_search import (
+    GET_URL_PARAMETERS,
+    POST_URL_PARAMETERS,
+    body_of_get,
+    json_object,
+    querystring_search,
+    read_search,
+    url_form,
+)
 from .restapi import DEFAULT_B_SIZE, Urls, check_b_size, public_item, public_page, restapi_response, site_of
 
 router = APIRouter(tags=["public"])
 
 SEARCH_CONTROLS = ("catalog", "q", "b_start", "b_size", "metadata", "facets", "facet_limit", "facet_sort")
-
-
-def _json(body, status_code: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
 
 
 def _typer(request: Request, catalog: Catalog) -> QueryTyper:
@@ -47,7 +59,7 @@ async def _public_search(request: Request, name: str, body: SearchRequest) -> An
     strict = request.app.state.settings.public_strict
     asked: dict = {}
 
-    def build(catalog: Catalog) -> SearchRequest:
+    def build(catalog: Catalog, reader) -> SearchRequest:
         query = _typer(request, catalog).query(body.query)
         columns = None if body.metadata in (None, "*") else list(dict.fromkeys(body.metadata))
         if columns is not None:
@@ -180,10 +192,10 @@ def _constrain_by_path(query: dict, catalog: Catalog) -> dict:
     return {**query, "path": path}
 
 
-async def _restapi_search(request: Request, name: str, form: dict) -> Response:
+async def _restapi_search(request: Request, name: str, form: dict) -> Answer:
     form = dict(form)
     if "fullobjects" in form:  # plone.restapi: present means yes, whatever its value
-        return _json(await restapi_response(request, name, {}, fullobjects=True))
+        return await restapi_response(request, name, {}, fullobjects=True)
     if "use_site_search_settings" in form:
         raise InvalidParameter("use_site_search_settings: the service does not know the site's search settings "
                                "(types not searched, default sort); name portal_type and sort_on instead",
@@ -194,21 +206,27 @@ async def _restapi_search(request: Request, name: str, form: dict) -> Response:
         # plone.restapi removes parentheses, and answers an empty text or "*" with an empty list.
         text = text.replace("(", " ").replace(")", " ").strip()
         if not text or text == "*":
-            return _json([])
+            return Answer(body=b"[]", complete=True)
         form["SearchableText"] = text
 
     def query_for(catalog: Catalog) -> dict:
         return _typer(request, catalog).query(_constrain_by_path(form, catalog))
 
-    return _json(await restapi_response(request, name, query_for, metadata_fields))
+    return await restapi_response(request, name, query_for, metadata_fields)
 
 
-@router.get("/{catalog}/@search", response_model=RestapiSearchResult, openapi_extra=HEADERS)
+IF_NONE_MATCH = {"name": "if-none-match", "in": "header", "required": False, "schema": {"type": "string"},
+                 "description": "An ETag of an earlier answer: 304 while the answer is unchanged"}
+NOT_MODIFIED = {304: {"description": "Not modified: the ETag given in If-None-Match is current"}}
+
+
+@router.get("/{catalog}/@search", response_model=RestapiSearchResult,
+            openapi_extra={"parameters": [IF_NONE_MATCH, *HEADERS["parameters"]]}, responses=NOT_MODIFIED)
 async def restapi_search_get(request: Request, catalog: str):
     """plone.restapi's ``@search`` of the catalog's site: its query string (Zope form syntax,
-    dotted index options), its answer."""
+    dotted index options), its answer; with an ETag, and 304 for a current one."""
     form = unflatten(parse_form(parse_qsl(request.url.query, keep_blank_values=True)))
-    return await _restapi_search(request, catalog, form)
+    return await conditional_search(request, catalog, lambda: _restapi_search(request, catalog, form))
 
 
 @router.post("/{catalog}/@search", response_model=RestapiSearchResult, openapi_extra=HEADERS)
@@ -220,4 +238,77 @@ async def restapi_search_post(request: Request, catalog: str):
         raise BadRequest("the body must be a JSON object of @search parameters") from exc
     if not isinstance(form, dict):
         raise BadRequest("the body must be a JSON object of @search parameters")
-    return await _restapi_search(request, catalog, unflatten(form))
+    answer = await _restapi_search(request, catalog, unflatten(form))
+    return Response(answer.body, media_type="application/json")
+
+
+# -- /{catalog}/@querystring-search ------------------------------------------------------------
+
+
+QUERYSTRING_GET = {"parameters": [
+    {"name": "query", "in": "query", "required": True, "schema": {"type": "string"},
+     "description": "The @querystring-search body as JSON: "
+                    '{"query": [{"i": "portal_type", "o": "plone.app.querystring.operation.selection.any", '
+                    '"v": ["Document"]}], "sort_on": "effective", "b_size": 10}'},
+    {"name": "b_start", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0},
+     "description": "The first item of the page, when the JSON does not name one (batching links)"},
+    {"name": "b_size", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1},
+     "description": "Items per page, when the JSON does not name them"},
+    IF_NONE_MATCH, *HEADERS["parameters"],
+]}
+QUERYSTRING_POST = {**body_schema(QuerystringSearchRequest), "parameters": [
+    {"name": "b_start", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0},
+     "description": "The first item of the page, when the body does not name one (batching links)"},
+    {"name": "b_size", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1},
+     "description": "Items per page, when the body does not name them"},
+    {"name": "metadata_fields", "in": "query", "required": False, "style": "form", "explode": True,
+     "schema": {"type": "array", "items": {"type": "string"}},
+     "description": "Metadata columns to add to each item (instead of the body's)"},
+    *HEADERS["parameters"],
+]}
+
+
+async def _querystring_get(request: Request, catalog: str, context_path: str) -> Response:
+    form = url_form(request, GET_URL_PARAMETERS)
+    # Only the batching parameters beside the JSON (the GET form's fields are the JSON's).
+    search = read_search(body_of_get(form), {k: v for k, v in form.items() if k in ("b_start", "b_size")}, request)
+    return await conditional_search(request, catalog,
+                                    lambda: querystring_search(request, catalog, search, context_path))
+
+
+async def _querystring_post(request: Request, catalog: str, context_path: str) -> Response:
+    form = url_form(request, POST_URL_PARAMETERS)
+    search = read_search(json_object(await request.body()), form, request)
+    answer = await querystring_search(request, catalog, search, context_path)
+    return Response(answer.body, media_type="application/json")
+
+
+@router.post("/{catalog}/@querystring-search", response_model=RestapiSearchResult, openapi_extra=QUERYSTRING_POST)
+async def querystring_search_post(request: Request, catalog: str):
+    """plone.restapi's ``@querystring-search`` at the site root: plone.app.querystring criteria,
+    ``sort_on``, ``sort_order``, ``limit``, ``b_start``, ``b_size``, ``metadata_fields``; the answer
+    in ``@search``'s shape."""
+    return await _querystring_post(request, catalog, "")
+
+
+@router.get("/{catalog}/@querystring-search", response_model=RestapiSearchResult, openapi_extra=QUERYSTRING_GET,
+            responses=NOT_MODIFIED)
+async def querystring_search_get(request: Request, catalog: str):
+    """The same with the body as JSON in the ``query`` parameter; with an ETag, and 304 for a
+    current one."""
+    return await _querystring_get(request, catalog, "")
+
+
+@router.post("/{catalog}/{path:path}/@querystring-search", response_model=RestapiSearchResult,
+             openapi_extra=QUERYSTRING_POST)
+async def querystring_search_context_post(request: Request, catalog: str, path: str):
+    """``@querystring-search`` of the object at ``path`` (relative to the site): relative paths start
+    there, and the object itself is left out of the answer."""
+    return await _querystring_post(request, catalog, path)
+
+
+@router.get("/{catalog}/{path:path}/@querystring-search", response_model=RestapiSearchResult,
+            openapi_extra=QUERYSTRING_GET, responses=NOT_MODIFIED)
+async def querystring_search_context_get(request: Request, catalog: str, path: str):
+    """The same with the body as JSON in the ``query`` parameter."""
+    return await _querystring_get(request, catalog, path)
