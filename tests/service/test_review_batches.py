@@ -236,7 +236,7 @@ def test_review_helpers_reach_the_service(service, name):
     commit_batch(service, name, [entry("x", "/plone/x", effective=PAST)])
     assert unrestricted_query(service, name, {"portal_type": "Document"}) == ["x"]
     anonymous = post(service, f"/search?catalog={name}", json={"query": {"portal_type": "Document"}})
-    assert [i["uid"] for i in anonymous.json()["items"]] == ["x"]
+    assert [i["UID"] for i in anonymous.json()["items"]] == ["x"]  # the public contract (docs/api.md)
 
 
 def test_one_shot_of_an_id_staged_meanwhile_leaves_no_staged_rows(fresh_db):

@@ -156,15 +156,19 @@ async def search_get(request: Request, catalog: str):
         if not isinstance(query, dict):
             raise BadRequest("q must be a JSON object", parameter="q")
     query.update(unflatten(parse_form([(k, v) for k, v in pairs if k.split(":")[0] not in SEARCH_CONTROLS])))
-    body = SearchRequest(
-        query=query,
-        b_start=integer(params["b_start"], "b_start") if "b_start" in params else None,
-        b_size=integer(params["b_size"], "b_size") if "b_size" in params else None,
-        metadata=params.getlist("metadata") or None,
-        facets=_facets_of(params) or [],
-    )
-    if (body.b_start or 0) < 0:
+    b_start = integer(params["b_start"], "b_start") if "b_start" in params else None
+    if (b_start or 0) < 0:
         raise InvalidParameter("b_start must not be negative", parameter="b_start")
+    try:
+        body = SearchRequest(
+            query=query,
+            b_start=b_start,
+            b_size=integer(params["b_size"], "b_size") if "b_size" in params else None,
+            metadata=params.getlist("metadata") or None,
+            facets=_facets_of(params) or [],
+        )
+    except ValidationError as exc:  # as the POST form's body is refused: 4xx, never a 500
+        raise BadRequest("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])) from exc
     return await conditional_search(request, catalog, lambda: _public_search(request, catalog, body))
 
 
