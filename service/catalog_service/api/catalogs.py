@@ -18,7 +18,7 @@ from ..planner.sql import Params
 from ..store import batches
 from ..store.catalogs import Catalog, build_indexes, defer_indexes, missing_indexes, plain_name
 from .auth import Credential, identify, mint_token, require_admin, require_trusted
-from .deps import credential, json_response
+from .deps import credential, idempotent, json_response
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/catalogs", tags=["catalogs"])
@@ -51,6 +51,7 @@ async def create_catalog(spec: CatalogCreate, request: Request, cred: Credential
 
 
 @router.get("/{name}", response_model=CatalogInfo)
+@idempotent
 async def get_catalog(name: str, request: Request, cred: Credential = Depends(credential)):
     catalog, counter = await trusted_catalog(request, name, cred)
     async with request.app.state.db.acquire() as conn:
@@ -58,6 +59,7 @@ async def get_catalog(name: str, request: Request, cred: Credential = Depends(cr
 
 
 @router.patch("/{name}/schema", response_model=CatalogInfo)
+@idempotent
 async def update_schema(name: str, update: SchemaUpdate, request: Request, cred: Credential = Depends(credential)):
     catalog, counter = await trusted_catalog(request, name, cred)
     state = request.app.state
@@ -75,6 +77,7 @@ async def clear_catalog(name: str, request: Request, cred: Credential = Depends(
 
 
 @router.post("/{name}/indexes/defer")
+@idempotent
 async def defer_catalog_indexes(name: str, request: Request, cred: Credential = Depends(credential)):
     """Drop the catalog's secondary SQL indexes for a bulk load (docs/decisions/0010). Queries stay
     correct and become scans until ``/indexes/build``."""
@@ -85,6 +88,7 @@ async def defer_catalog_indexes(name: str, request: Request, cred: Credential = 
 
 
 @router.post("/{name}/indexes/build")
+@idempotent
 async def build_catalog_indexes(name: str, request: Request, cred: Credential = Depends(credential)):
     """Build every secondary index the catalog lacks (after a bulk load), then ANALYZE it. Batch
     commits wait while an index builds; queries go on. Answers when done."""
@@ -97,6 +101,7 @@ async def build_catalog_indexes(name: str, request: Request, cred: Credential = 
 
 
 @router.get("/{name}/indexes/missing")
+@idempotent
 async def missing_catalog_indexes(name: str, request: Request, cred: Credential = Depends(credential)):
     """The secondary SQL indexes the catalog's partition lacks (deferred, or not built yet)."""
     catalog, _ = await trusted_catalog(request, name, cred)
@@ -115,6 +120,7 @@ async def drop_catalog(name: str, request: Request, cred: Credential = Depends(c
 
 
 @router.post("/{name}/tokens")
+@idempotent
 async def create_token(name: str, body: dict, request: Request, cred: Credential = Depends(credential)):
     """Mint a signed, expiring token for a frontend acting for one user."""
     catalog, _ = await trusted_catalog(request, name, cred)
@@ -128,6 +134,7 @@ async def create_token(name: str, body: dict, request: Request, cred: Credential
 
 
 @router.get("/{name}/unique/{index}", response_model=UniqueValues)
+@idempotent
 async def unique_values(name: str, index: str, request: Request, cred: Credential = Depends(credential),
                         lengths: bool = False, batch_id: list[str] = Query(default=[], max_length=16),
                         attribute: str | None = None):
@@ -162,6 +169,7 @@ async def unique_values(name: str, index: str, request: Request, cred: Credentia
 
 
 @router.get("/{name}/words/{index}", response_model=TextIndexSize)
+@idempotent
 async def text_index_size(name: str, index: str, request: Request, cred: Credential = Depends(credential),
                           batch_id: list[str] = Query(default=[], max_length=16)):
     """A ZCTextIndex's distinct words and documents (ZCatalog's ``numObjects`` and ``indexSize``;
@@ -182,6 +190,7 @@ async def text_index_size(name: str, index: str, request: Request, cred: Credent
 
 
 @router.get("/{name}/objects/{uid:path}")
+@idempotent
 async def object_data(name: str, uid: str, request: Request, cred: Credential = Depends(credential)):
     catalog, _ = await trusted_catalog(request, name, cred)
     async with request.app.state.db.acquire() as conn:
@@ -198,6 +207,7 @@ async def object_data(name: str, uid: str, request: Request, cred: Credential = 
 
 
 @router.post("/{name}/verify")
+@idempotent
 async def verify_objects(name: str, body: dict, request: Request, cred: Credential = Depends(credential)):
     """Compare objects as the client sees them (index entries, as in a batch) with what the catalog
     holds, in the catalog's stored form; the answer lists, per uid, what differs."""

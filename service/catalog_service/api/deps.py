@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Mapping
 from typing import TypeVar
 
@@ -13,9 +15,33 @@ from pydantic import BaseModel, ValidationError
 
 from ..planner.plan import Limits
 from ..settings import Settings
+from ..store.database import lost_connection
 from .auth import Credential
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
+
+
+def idempotent(handler):
+    """Run the route's handler once more when the server closed or lost its database connection
+    (a terminated backend, a restart, a failover, idle_session_timeout): the pool replaces closed
+    connections, so the second run gets a fresh one. Only for routes whose repetition changes
+    nothing (reads, and the batch calls, idempotent by contract); a second failure is answered
+    503 (problems.py). The request body is read once and kept by the request."""
+
+    @functools.wraps(handler)
+    async def once_more(*args, **kwargs):
+        try:
+            return await handler(*args, **kwargs)
+        except Exception as exc:
+            if not lost_connection(exc):
+                raise
+            log.warning("database connection lost during %s, running it again: %s", handler.__name__, exc)
+        request = next(arg for arg in (*args, *kwargs.values()) if isinstance(arg, Request))
+        await request.app.state.db.renew()
+        return await handler(*args, **kwargs)
+
+    return once_more
 
 # Dependencies are coroutines: FastAPI runs plain functions in a thread pool, a thread hop per
 # dependency per request.

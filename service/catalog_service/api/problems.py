@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncpg
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import CatalogError
+from ..errors import CatalogError, DatabaseUnavailable, Unavailable
+from ..store.database import database_unavailable
 
 MEDIA_TYPE = "application/problem+json"
 
@@ -32,12 +34,37 @@ def internal_error(path: str) -> Response:
     return problem(500, "Internal server error", "see the service log", path)
 
 
+def _answer(request: Request, exc: CatalogError) -> Response:
+    if exc.status >= 500:
+        request.scope[ERROR] = exc
+    response = problem(exc.status, exc.title, exc.detail, str(request.url.path), **exc.extra)
+    if isinstance(exc, Unavailable):
+        response.headers["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+# What the driver raises when PostgreSQL is away or closed the connection (store.database decides
+# which of them are that); the rest of these classes are faults of the service, answered 500.
+DRIVER_ERRORS = (asyncpg.PostgresConnectionError, asyncpg.exceptions.OperatorInterventionError,
+                 asyncpg.exceptions.InsufficientResourcesError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+                 OSError)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(CatalogError)
     async def catalog_error(request: Request, exc: CatalogError):
-        if exc.status >= 500:
+        return _answer(request, exc)
+
+    async def driver_error(request: Request, exc: Exception):
+        if not database_unavailable(exc):
             request.scope[ERROR] = exc
-        return problem(exc.status, exc.title, exc.detail, str(request.url.path), **exc.extra)
+            return internal_error(str(request.url.path))
+        unavailable = DatabaseUnavailable("the database cannot be reached now; try again shortly")
+        unavailable.__cause__ = exc  # the request's log line shows what the driver said
+        return _answer(request, unavailable)
+
+    for cls in DRIVER_ERRORS:
+        app.add_exception_handler(cls, driver_error)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):

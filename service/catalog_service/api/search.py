@@ -17,7 +17,7 @@ from ..metrics import QUERIES
 from ..planner.plan import SECURITY_INDEX, Limits
 from ..store.search import Answer, StaleSchema, search
 from .auth import Credential, identify, security_for
-from .deps import HEADERS, body_schema, credential_of, limits_for, read_body
+from .deps import HEADERS, body_schema, credential_of, idempotent, limits_for, read_body
 
 router = APIRouter(tags=["search"])
 
@@ -52,8 +52,10 @@ async def run_search(request: Request, name: str, body: SearchRequest) -> Respon
     pool, conn = await state.db.acquire_read(request.headers.get("x-catalog-min-lsn"))
     try:
         answer = await _search_on(conn, request, name, body, cred, lim)
-    finally:
-        await state.db.release_read(pool, conn)
+    except BaseException as exc:
+        await state.db.release_read(pool, conn, failed=exc)
+        raise
+    await state.db.release_read(pool, conn)
     if not answer.complete and pool is not state.db.primary:
         # A replica that has not replayed the caller's last batch yet: ask the primary, so the
         # caller reads its own writes.
@@ -67,18 +69,21 @@ async def run_search(request: Request, name: str, body: SearchRequest) -> Respon
 # openapi_extra describes both.
 @router.post("/catalogs/{name}/query", response_model=SearchResult,
              openapi_extra={**body_schema(SearchRequest), **HEADERS})
+@idempotent
 async def query_catalog(name: str, request: Request):
     body = await read_body(request, SearchRequest)
     return await run_search(request, name, body)
 
 
 @router.post("/search", response_model=SearchResult, openapi_extra={**body_schema(SearchRequest), **HEADERS})
+@idempotent
 async def search_post(request: Request, catalog: str):
     body = await read_body(request, SearchRequest)
     return await run_search(request, catalog, body)
 
 
 @router.get("/search", response_model=SearchResult, openapi_extra=HEADERS)
+@idempotent
 async def search_get(request: Request, catalog: str):
     """Query string form: ``q`` is a JSON ZCatalog query, or index=value pairs (repeat for lists)."""
     params = request.query_params
