@@ -57,6 +57,17 @@ def _terminate(conn) -> None:
         raw.terminate()
 
 
+async def _give_back(pool: asyncpg.Pool, conn) -> None:
+    """``pool.release(conn)``, also when the server closed the connection before the release ran:
+    asyncpg has then given the holder back itself, and its release task, finding the holder free,
+    raises InternalClientError though nothing is wrong."""
+    try:
+        await pool.release(conn)
+    except asyncpg.InternalClientError:
+        if conn._con is not None:
+            raise
+
+
 class _Acquired:
     """``async with db.acquire() as conn``: a connection of the pool, given back when done, or
     terminated if the server lost it (see _terminate)."""
@@ -75,7 +86,7 @@ class _Acquired:
         conn, self.conn = self.conn, None
         if exc is not None and lost_connection(exc):
             _terminate(conn)
-        await self.pool.release(conn)
+        await _give_back(self.pool, conn)
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
@@ -153,7 +164,7 @@ class Database:
     async def close(self) -> None:
         kept, self._kept = self._kept, []
         for conn in kept:
-            await self.primary.release(conn)  # a detached (closed) one: nothing to do
+            await _give_back(self.primary, conn)  # a detached (closed) one: nothing to do
         pools = ([self.primary] if self.primary else []) + self.replicas
         await asyncio.gather(*(p.close() for p in pools), return_exceptions=True)
 
@@ -169,7 +180,7 @@ class Database:
         ones when they come back."""
         kept, self._kept = self._kept, []
         for conn in kept:
-            await self.primary.release(conn)
+            await _give_back(self.primary, conn)
         for pool in ([self.primary] if self.primary else []) + self.replicas:
             await pool.expire_connections()
 
@@ -192,13 +203,13 @@ class Database:
                 if not (isinstance(exc, asyncpg.PostgresError) or database_unavailable(exc)):
                     raise
                 log.warning("replica check failed", exc_info=True)
-            await pool.release(conn)
+            await _give_back(pool, conn)
         while self._kept:
             conn = self._kept.pop()
             if _alive(conn):
                 return self.primary, conn
             # Closed by the server while kept: the pool has its holder back already.
-            await self.primary.release(conn)
+            await _give_back(self.primary, conn)
         return self.primary, await self.primary.acquire()
 
     async def release_read(self, pool: asyncpg.Pool, conn: asyncpg.Connection,
@@ -212,10 +223,10 @@ class Database:
         if failed is not None:
             if lost_connection(failed):
                 _terminate(conn)
-            await pool.release(conn)
+            await _give_back(pool, conn)
             return
         if (pool is self.primary and len(self._kept) < KEPT_FOR_SEARCHES and _alive(conn)
                 and not conn.is_in_transaction() and not conn._protocol._is_cancelling()):
             self._kept.append(conn)
             return
-        await pool.release(conn)
+        await _give_back(pool, conn)
