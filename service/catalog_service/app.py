@@ -233,6 +233,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(Observe)
     for module in (search, batches, catalogs, health):
         app.include_router(module.router)
+    app.state.api_routes = [*search.FAST_ROUTES, *(route for module in (search, batches, catalogs, health)
+                                                   for route in module.router.routes)]
     # Routes are matched in order: the searches come first, for a request that reaches the router
     # (CatalogApp takes the searches before that).
     app.router.routes[:0] = search.FAST_ROUTES

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
-from catalog_schemas.api import Batch, BatchAppend, BatchResolver, BatchResult, StagedBatch, StagedBatches
+from catalog_schemas.api import (
+    NO_NUL_PATTERN,
+    Batch,
+    BatchAppend,
+    BatchResolver,
+    BatchResult,
+    StagedBatch,
+    StagedBatches,
+)
 
 from ..indexes.dateindex import DateRecurringIndex
 from ..metrics import BATCH_ENTRIES, BATCHES
@@ -72,7 +80,7 @@ async def post_batch(name: str, request: Request, stage: bool = Query(default=Fa
 
 @router.post("/{batch_id}/append", response_model=BatchResult, openapi_extra={**body_schema(BatchAppend), **HEADERS})
 @idempotent
-async def append_batch(name: str, batch_id: str, request: Request):
+async def append_batch(name: str, request: Request, batch_id: str = Path(pattern=NO_NUL_PATTERN)):
     """Add entries to a staged batch: each replaces the batch's entry for its uid."""
     state = request.app.state
     body = await read_body(request, BatchAppend)
@@ -119,13 +127,13 @@ async def _settle(request: Request, name: str, batch_id: str, outcome: str) -> R
 
 @router.post("/{batch_id}/commit", response_model=BatchResult, openapi_extra=HEADERS)
 @idempotent
-async def commit_batch(name: str, batch_id: str, request: Request):
+async def commit_batch(name: str, request: Request, batch_id: str = Path(pattern=NO_NUL_PATTERN)):
     return await _settle(request, name, batch_id, "committed")
 
 
 @router.post("/{batch_id}/abort", response_model=BatchResult, openapi_extra=HEADERS)
 @idempotent
-async def abort_batch(name: str, batch_id: str, request: Request):
+async def abort_batch(name: str, request: Request, batch_id: str = Path(pattern=NO_NUL_PATTERN)):
     return await _settle(request, name, batch_id, "aborted")
 
 

@@ -6,9 +6,19 @@ import logging
 import time
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from catalog_schemas.api import Batch, CatalogCreate, CatalogInfo, SchemaUpdate, TextIndexSize, UniqueValues
+from catalog_schemas.api import (
+    NO_NUL_PATTERN,
+    Batch,
+    CatalogCreate,
+    CatalogInfo,
+    SchemaUpdate,
+    TextIndexSize,
+    TokenRequest,
+    UniqueValues,
+    VerifyRequest,
+)
 
 from ..errors import BadRequest, NotFound
 from ..indexes.simple import DateRangeIndex
@@ -18,7 +28,7 @@ from ..planner.sql import Params
 from ..store import batches
 from ..store.catalogs import Catalog, build_indexes, defer_indexes, missing_indexes, plain_name
 from .auth import Credential, identify, mint_token, require_admin, require_trusted
-from .deps import credential, idempotent, json_response
+from .deps import body_schema, credential, idempotent, json_response, read_body
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/catalogs", tags=["catalogs"])
@@ -121,16 +131,10 @@ async def drop_catalog(name: str, request: Request, cred: Credential = Depends(c
 
 @router.post("/{name}/tokens")
 @idempotent
-async def create_token(name: str, body: dict, request: Request, cred: Credential = Depends(credential)):
+async def create_token(name: str, body: TokenRequest, request: Request, cred: Credential = Depends(credential)):
     """Mint a signed, expiring token for a frontend acting for one user."""
     catalog, _ = await trusted_catalog(request, name, cred)
-    principals = body.get("principals")
-    ttl = body.get("ttl", 3600)
-    if not isinstance(principals, list) or not all(isinstance(p, str) for p in principals):
-        raise BadRequest("principals must be a list of strings")
-    if not isinstance(ttl, int) or not 0 < ttl <= 86400:
-        raise BadRequest("ttl must be 1..86400 seconds")
-    return {"token": mint_token(catalog, principals, ttl, bool(body.get("show_inactive"))), "ttl": ttl}
+    return {"token": mint_token(catalog, body.principals, body.ttl, body.show_inactive), "ttl": body.ttl}
 
 
 @router.get("/{name}/unique/{index}", response_model=UniqueValues)
@@ -191,7 +195,8 @@ async def text_index_size(name: str, index: str, request: Request, cred: Credent
 
 @router.get("/{name}/objects/{uid:path}")
 @idempotent
-async def object_data(name: str, uid: str, request: Request, cred: Credential = Depends(credential)):
+async def object_data(name: str, request: Request, uid: str = Path(pattern=NO_NUL_PATTERN),
+                      cred: Credential = Depends(credential)):
     catalog, _ = await trusted_catalog(request, name, cred)
     async with request.app.state.db.acquire() as conn:
         row = await conn.fetchrow(
@@ -206,13 +211,14 @@ async def object_data(name: str, uid: str, request: Request, cred: Credential = 
                            "indexes": indexes, "metadata": orjson.loads(row["meta"])})
 
 
-@router.post("/{name}/verify")
+@router.post("/{name}/verify", openapi_extra={**body_schema(VerifyRequest)})
 @idempotent
-async def verify_objects(name: str, body: dict, request: Request, cred: Credential = Depends(credential)):
+async def verify_objects(name: str, request: Request, cred: Credential = Depends(credential)):
     """Compare objects as the client sees them (index entries, as in a batch) with what the catalog
     holds, in the catalog's stored form; the answer lists, per uid, what differs."""
+    body = await read_body(request, VerifyRequest)
     catalog, _ = await trusted_catalog(request, name, cred)
-    batch = Batch.model_validate({"batch_id": "verify", "entries": body.get("entries", [])})
+    batch = Batch(batch_id="verify", entries=body.entries)
     changes = batches.convert(batch, catalog, request.app.state.settings.max_batch_entries)
     async with request.app.state.db.acquire() as conn:
         return json_response({"results": await batches.compare(conn, catalog, changes)})

@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ..errors import CatalogError, DatabaseUnavailable, Unavailable
 from ..store.database import database_unavailable
@@ -50,6 +51,25 @@ DRIVER_ERRORS = (asyncpg.PostgresConnectionError, asyncpg.exceptions.OperatorInt
                  OSError)
 
 
+# PostgreSQL's refusals of a value the request brought, which no model check catches in every
+# place it may hide (index values and metadata are any JSON): a NUL or an unpaired surrogate in a
+# string, a number past numeric's or a date past timestamp's range.
+REFUSED_VALUES = {"22P05", "22021", "22003", "22008"}
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods of every route that matches the request's path: Starlette's 405 names those of
+    the first route only (``/catalogs/{name}`` is answered by GET and DELETE routes). The routes
+    are the routers' own (``app.state.api_routes``): FastAPI's application keeps included
+    routers as branches of its own making."""
+    methods: set[str] = set()
+    for route in request.app.state.api_routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match is not Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(CatalogError)
     async def catalog_error(request: Request, exc: CatalogError):
@@ -80,7 +100,18 @@ def install(app: FastAPI) -> None:
         response = problem(exc.status_code, str(exc.detail), None, str(request.url.path))
         # The exception's headers belong to the answer: Allow on a 405 (RFC 9110 requires it).
         response.headers.update(exc.headers or {})
+        if exc.status_code == 405:
+            response.headers["Allow"] = ", ".join(allowed_methods(request))
         return response
+
+    @app.exception_handler(asyncpg.DataError)
+    async def refused_value(request: Request, exc: asyncpg.DataError):
+        if exc.sqlstate not in REFUSED_VALUES:
+            request.scope[ERROR] = exc
+            return internal_error(str(request.url.path))
+        return problem(422, "Invalid value", f"PostgreSQL cannot hold a value of the request: {exc}",
+                       str(request.url.path))
+
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
