@@ -277,11 +277,24 @@ class TextIndexSize(Model):
     documents: int
 
 
-class Problem(BaseModel):
-    """RFC 9457 problem details."""
+class FieldError(BaseModel):
+    """One thing wrong with a request's body or parameters (a 422's ``errors``)."""
 
+    loc: list[str]
+    msg: str
+    type: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, the body of every error (``application/problem+json``)."""
+
+    model_config = ConfigDict(extra="allow")
     type: str = "about:blank"
     title: str
     status: int
     detail: str | None = None
     instance: str | None = None
+    # 422: what did not match the API (at most 20).
+    errors: list[FieldError] | None = None
+    # /readyz: the migrations not applied yet.
+    pending: list[str] | None = None

@@ -15,6 +15,8 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp
 
+from catalog_schemas.api import Problem
+
 from . import logs
 from .api import batches, catalogs, health, problems, search
 from .api.problems import problem
@@ -207,6 +209,23 @@ class CatalogApp(FastAPI):
                     return
         await super().__call__(scope, receive, send)
 
+    def openapi(self) -> dict:
+        """FastAPI's document, made truthful about errors and limits: every error is the Problem
+        schema (FastAPI would describe its own 422 body, which the service never sends), and the
+        limits the service enforces (its settings) are in the schemas."""
+        if self.openapi_schema is None:
+            document = super().openapi()
+            schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            problem = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(problem.pop("$defs", {}))
+            schemas["Problem"] = problem
+            for unused in ("HTTPValidationError", "ValidationError"):
+                schemas.pop(unused, None)
+            _components_for_bodies(document, schemas)
+            _document_limits(schemas, self.state.settings)
+            self.openapi_schema = document
+        return self.openapi_schema
+
     async def _search(self, scope, receive, send) -> None:
         request = Request(scope, receive)
         try:
@@ -215,6 +234,47 @@ class CatalogApp(FastAPI):
             handler = next(self.exception_handlers[cls] for cls in type(exc).__mro__ if cls in self.exception_handlers)
             response = await handler(request, exc)
         await response(scope, receive, send)
+
+
+def _components_for_bodies(document: dict, schemas: dict) -> None:
+    """The request bodies that routes read themselves (deps.body_schema: the model's JSON schema,
+    its nested models under ``$defs``) as components, so that their references resolve."""
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            content = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            if not content or "$ref" in content["schema"]:
+                continue
+            body = _to_components(content["schema"])
+            for name, definition in body.pop("$defs", {}).items():
+                schemas.setdefault(name, _to_components(definition))
+            schemas.setdefault(body["title"], body)
+            content["schema"] = {"$ref": f"#/components/schemas/{body['title']}"}
+
+
+def _to_components(schema):
+    """``schema`` with its ``#/$defs/`` references pointing at the document's components."""
+    if isinstance(schema, dict):
+        return {key: (value.replace("#/$defs/", "#/components/schemas/") if key == "$ref" else _to_components(value))
+                for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_to_components(item) for item in schema]
+    return schema
+
+
+def _document_limits(schemas: dict, settings: Settings) -> None:
+    """The limits of a search, from the settings the service runs with."""
+    search = schemas.get("SearchRequest")
+    if search is None:
+        return
+    for page in ("b_size",):
+        for option in search["properties"][page].get("anyOf", []):
+            if option.get("type") == "integer":
+                option["maximum"] = settings.max_b_size
+    search["description"] = (search.get("description", "") + (
+        f"\n\nLimits (422 past them): b_size at most {settings.max_b_size} (also inside ``query``); without "
+        f"b_size at most {settings.max_unbatched} results; lists of at most {settings.max_list_length} values; "
+        f"texts of at most {settings.max_text_length} characters; at most {settings.max_query_terms} indexes "
+        f"queried.")).strip()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -25,7 +25,7 @@ from schemathesis.checks import (
 from tests.service.test_api import entry
 from tests.service.test_review_support import commit_batch, drained_service, new_catalog
 
-EXAMPLES = int(os.environ.get("OPENAPI_FUZZ_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("OPENAPI_FUZZ_EXAMPLES", "10"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 

@@ -23,8 +23,10 @@ from ..store import batches
 from ..store.catalogs import Catalog
 from .auth import identify, require_trusted
 from .deps import HEADERS, body_schema, credential_of, idempotent, read_body
+from .problems import CATALOG_ERRORS, errors
 
-router = APIRouter(prefix="/catalogs/{name}/batches", tags=["indexing"])
+router = APIRouter(prefix="/catalogs/{name}/batches", tags=["indexing"],
+                   responses=errors(400, *CATALOG_ERRORS, 409, 413))
 
 
 async def with_lsn(db, result: BatchResult) -> BatchResult:

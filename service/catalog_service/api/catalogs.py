@@ -29,9 +29,10 @@ from ..store import batches
 from ..store.catalogs import Catalog, build_indexes, defer_indexes, missing_indexes, plain_name
 from .auth import Credential, identify, mint_token, require_admin, require_trusted
 from .deps import body_schema, credential, idempotent, json_response, read_body
+from .problems import CATALOG_ERRORS, errors
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/catalogs", tags=["catalogs"])
+router = APIRouter(prefix="/catalogs", tags=["catalogs"], responses=errors(*CATALOG_ERRORS))
 
 
 async def info(conn, catalog: Catalog, counter: int, registry) -> CatalogInfo:
@@ -49,7 +50,7 @@ async def trusted_catalog(request: Request, name: str, cred: Credential):
     return catalog, counter
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, responses=errors(400, 409, 413))
 async def create_catalog(spec: CatalogCreate, request: Request, cred: Credential = Depends(credential)):
     state = request.app.state
     require_admin(identify(cred, None, state.settings.admin_token))
@@ -68,7 +69,7 @@ async def get_catalog(name: str, request: Request, cred: Credential = Depends(cr
         return await info(conn, catalog, counter, request.app.state.registry)
 
 
-@router.patch("/{name}/schema", response_model=CatalogInfo)
+@router.patch("/{name}/schema", response_model=CatalogInfo, responses=errors(400, 409, 413))
 @idempotent
 async def update_schema(name: str, update: SchemaUpdate, request: Request, cred: Credential = Depends(credential)):
     catalog, counter = await trusted_catalog(request, name, cred)
@@ -129,7 +130,7 @@ async def drop_catalog(name: str, request: Request, cred: Credential = Depends(c
     return Response(status_code=204)
 
 
-@router.post("/{name}/tokens")
+@router.post("/{name}/tokens", responses=errors(400, 413))
 @idempotent
 async def create_token(name: str, body: TokenRequest, request: Request, cred: Credential = Depends(credential)):
     """Mint a signed, expiring token for a frontend acting for one user."""
@@ -137,7 +138,7 @@ async def create_token(name: str, body: TokenRequest, request: Request, cred: Cr
     return {"token": mint_token(catalog, body.principals, body.ttl, body.show_inactive), "ttl": body.ttl}
 
 
-@router.get("/{name}/unique/{index}", response_model=UniqueValues)
+@router.get("/{name}/unique/{index}", response_model=UniqueValues, responses=errors(400))
 @idempotent
 async def unique_values(name: str, index: str, request: Request, cred: Credential = Depends(credential),
                         lengths: bool = False, batch_id: list[str] = Query(default=[], max_length=16),
@@ -211,7 +212,7 @@ async def object_data(name: str, request: Request, uid: str = Path(pattern=NO_NU
                            "indexes": indexes, "metadata": orjson.loads(row["meta"])})
 
 
-@router.post("/{name}/verify", openapi_extra={**body_schema(VerifyRequest)})
+@router.post("/{name}/verify", openapi_extra={**body_schema(VerifyRequest)}, responses=errors(400, 413))
 @idempotent
 async def verify_objects(name: str, request: Request, cred: Credential = Depends(credential)):
     """Compare objects as the client sees them (index entries, as in a batch) with what the catalog

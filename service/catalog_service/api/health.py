@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import Unavailable
 from ..metrics import POOL_SIZE, REGISTRY
 from ..store.migrations import pending
-from .problems import problem
+from .problems import errors, problem
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["operations"])
@@ -22,7 +22,7 @@ async def healthz():
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=errors(503))
 async def readyz(request: Request):
     try:
         async with request.app.state.db.acquire() as conn:
@@ -41,7 +41,7 @@ def _not_ready(request: Request, detail: str, **extra):
     return response
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(request: Request):
     pool = request.app.state.db.primary
     if pool is not None:

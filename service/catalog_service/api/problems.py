@@ -26,6 +26,32 @@ def problem(status: int, title: str, detail: str | None = None, instance: str | 
     return Response(orjson.dumps(body, default=str), status_code=status, media_type=MEDIA_TYPE)
 
 
+# The errors of the API, as the OpenAPI document lists them (app.CatalogApp.openapi adds the
+# Problem schema): ``responses=errors(404, 503)`` on a router or a route.
+PROBLEM_SCHEMA = {"$ref": "#/components/schemas/Problem"}
+ERROR_TITLES = {
+    400: "Invalid query or request: ZCatalog would raise, or a value the index cannot take",
+    401: "Unknown, expired or malformed credential",
+    403: "The credential does not allow this",
+    404: "No such catalog, batch, index or object",
+    409: "Conflicts with the catalog's state (an existing catalog, an aborted or committed batch)",
+    413: "Request body larger than the service accepts",
+    422: "The body or parameters do not match the API, or exceed a limit of the service",
+    503: "The database cannot be reached now: try again after Retry-After seconds",
+}
+
+
+def errors(*statuses: int) -> dict:
+    return {status: {"description": ERROR_TITLES[status], "content": {MEDIA_TYPE: {"schema": PROBLEM_SCHEMA}},
+                     **({"headers": {"Retry-After": {"schema": {"type": "integer"},
+                                                     "description": "seconds to wait"}}} if status == 503 else {})}
+            for status in statuses}
+
+
+# What every route on a catalog can answer: credentials, the catalog, validation, the database.
+CATALOG_ERRORS = (401, 403, 404, 422, 503)
+
+
 # Where a handler leaves the error of a failed request (5xx) in the request's scope: the request's
 # one log line (app.Observe) carries it, instead of a line of its own.
 ERROR = "catalog_service.error"

@@ -18,8 +18,9 @@ from ..planner.plan import SECURITY_INDEX, Limits
 from ..store.search import Answer, StaleSchema, search
 from .auth import Credential, identify, security_for
 from .deps import HEADERS, body_schema, credential_of, idempotent, limits_for, read_body
+from .problems import CATALOG_ERRORS, errors
 
-router = APIRouter(tags=["search"])
+router = APIRouter(tags=["search"], responses=errors(400, *CATALOG_ERRORS, 413))
 
 
 async def _search_on(conn, request: Request, name: str, body: SearchRequest, cred: Credential,
