@@ -3,8 +3,8 @@ operation and sends them to the running service (a uvicorn process on a real Pos
 anonymously and with the admin token. No answer may be a 5xx, and every answer must be one the
 document lists for its operation, of its media type and schema (errors included: problem details).
 
-Bounded: ``OPENAPI_FUZZ_EXAMPLES`` examples per operation and credential (default 15), a minute or
-two in all.
+Bounded: ``OPENAPI_FUZZ_EXAMPLES`` examples per operation and credential (default 10), about two
+minutes in all on two cores.
 """
 
 from __future__ import annotations
