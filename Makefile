@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 UV_VERSION := 0.13.9
 
-.PHONY: install run test test-fast test-nightly lint lock bench bench-full bench-plone bench-storage clean
+.PHONY: install browser run stop test test-fast test-nightly lint lock bench bench-full bench-plone bench-storage loadtest clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,14 @@ $(STAMP): $(BIN)/uv requirements.txt pyproject.toml $(TRANSCODER)
 install: $(STAMP)
 
 ## Start the service on http://127.0.0.1:8080 (embedded PostgreSQL + demo catalog unless DATABASE_URL is set).
+## Ctrl-C (or SIGTERM) stops the service and the embedded PostgreSQL with it.
 run: $(STAMP)
 	$(BIN)/catalog-service serve --demo
+
+## Stop embedded PostgreSQL servers left running under .pgdata (a killed `make run`, the tests' server).
+stop:
+	@if [ -x $(BIN)/catalog-service ]; then $(BIN)/catalog-service embedded stop $(wildcard .pgdata/*); \
+	else echo "no $(BIN): nothing to stop with (make install)"; fi
 
 ## Install everything and run the whole suite (what CI runs). The suite runs on the embedded
 ## PostgreSQL 18 (or DATABASE_URL); the service's API, store and differential tests and the
@@ -37,7 +43,14 @@ PG15_TESTS := tests/service/test_api.py tests/service/test_store.py tests/servic
 	tests/storage/test_behaviour.py tests/storage/test_conformance_hf.py tests/storage/test_conformance_hp.py \
 	tests/storage/test_blobs.py tests/storage/test_pack.py tests/storage/test_faults.py \
 	tests/storage/test_history.py tests/storage/test_lifecycle.py
-test: $(STAMP)
+## Debian's chromium for the browser test (tests/service/test_browser.py), when it is missing and
+## apt-get can install it (as root); otherwise that test skips and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "== chromium not installed: the browser test will skip"; }
+
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
@@ -79,6 +92,24 @@ bench-storage: $(STAMP)
 	$(BIN)/python benchmarks/storage_bench.py --objects 1000 --repeat 7 --concurrency 1,4
 	$(BIN)/python benchmarks/storage_instructions.py --objects 300
 
+## Deletes the virtualenv and the embedded PostgreSQL's data: refused while a server runs on that data.
+## The locust scenarios (headless, LOADTEST_SECONDS) on a 100k-object corpus, and the folder listing's
+## requests/s (wrk) beside the floor's: LOADTEST_FLOOR names the floor script (not in this
+## repository). Writes docs/benchmarks/loadtest.md, loadtest_*.csv, loadtest.html, loadtest.png.
+LOADTEST_SECONDS ?= 60
+loadtest: $(STAMP)
+	@command -v wrk >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get install -y wrk; else sudo apt-get install -y wrk; fi; }
+	$(BIN)/python loadtests/run.py --seconds $(LOADTEST_SECONDS) $(if $(LOADTEST_FLOOR),--floor $(LOADTEST_FLOOR))
+
+## Deletes the virtualenv and the embedded PostgreSQL's data: refused while a server runs on that data.
 clean:
+	@for pid_file in .pgdata/*/postmaster.pid; do \
+		[ -f "$$pid_file" ] || continue; \
+		pid=$$(head -n 1 "$$pid_file"); \
+		if [ -n "$$pid" ] && kill -0 "$$pid" 2>/dev/null; then \
+			echo "make clean: PostgreSQL (pid $$pid) is running on $$(dirname $$pid_file); stop it first: make stop" >&2; \
+			exit 1; \
+		fi; \
+	done
 	rm -rf $(VENV) .pgdata .pytest_cache build
 	rm -f plone_connector/storage/*.so plone_connector/storage/compiled_sources.json

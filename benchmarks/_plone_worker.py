@@ -65,13 +65,14 @@ class BenchLayer(PloneSandboxLayer):
     """Plone with plone.app.contenttypes (and the connector when asked), on the storage under test."""
 
     defaultBases = (PLONE_FIXTURE,)
-    connector = False
+    connector = False  # the connector installed in the site
+    load_connector = False  # its ZCML only (an installable product, the site still on ZCatalog)
 
     def setUpZope(self, app, configurationContext):
         import plone.app.contenttypes
 
         self.loadZCML(package=plone.app.contenttypes)
-        if self.connector:
+        if self.connector or self.load_connector:
             import plone_connector
 
             self.loadZCML(package=plone_connector)

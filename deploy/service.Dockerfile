@@ -30,9 +30,11 @@ RUN groupadd --system --gid 10001 catalog \
     && useradd --system --uid 10001 --gid catalog --home-dir /app --shell /usr/sbin/nologin catalog \
     && install -d -o catalog -g catalog /app
 COPY --from=build /opt/venv /opt/venv
+# Any `serve` in the container listens on every interface (`docker run -p 8080:8080 ... serve --demo`).
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    CATALOG_HOST=0.0.0.0
 WORKDIR /app
 USER 10001:10001
 EXPOSE 8080

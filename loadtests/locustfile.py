@@ -65,12 +65,31 @@ def prepare(environment, **_kw):
                             json={"batch_id": f"loadtest-setup-{start}", "entries": entries[start:start + 2000]},
                             ).raise_for_status()
         # The folders, as the searches below will see them: folderish objects two levels down.
-        answer = client.get("/search", params={"catalog": CATALOG, "portal_type": "Folder",
-                                               "q": json.dumps({"path": {"query": "/plone", "depth": 2}}),
-                                               "b_size": 5000})
+        # (The connector's route: physical paths, and no public page limit.)
+        answer = client.post(f"/catalogs/{CATALOG}/query", headers={**auth(), "X-Catalog-Unrestricted": "1"},
+                             json={"query": {"portal_type": "Folder", "path": {"query": "/plone", "depth": 2}},
+                                   "b_size": 5000})
         answer.raise_for_status()
         found = [item["path"] for item in answer.json()["items"] if item["path"].count("/") == 3]
         folders = found or folders
+
+
+# The uids each indexer indexes (its own pool under /plone/loadtest-N): unindexed when the test
+# stops, so that a run leaves the catalog with the objects it found.
+indexed_uids: set[str] = set()
+
+
+@events.test_stop.add_listener
+def clean_up(environment, **_kw):
+    import httpx
+
+    if not TOKEN or not indexed_uids:
+        return
+    entries = [{"op": "unindex", "uid": uid, "version": time.time_ns()} for uid in sorted(indexed_uids)]
+    with httpx.Client(base_url=environment.host, timeout=600) as client:
+        client.post(f"/catalogs/{CATALOG}/batches", headers=auth(),
+                    json={"batch_id": f"loadtest-cleanup-{time.time_ns()}", "entries": entries}).raise_for_status()
+    indexed_uids.clear()
 
 
 def folder() -> str:
@@ -137,6 +156,7 @@ class Indexer(HttpUser):
             raise StopUser()
         serial = next(self.serial)
         self.pool = list(objects(BATCH * 4, seed=1000 + serial, site=f"/plone/loadtest-{serial}"))
+        indexed_uids.update(entry["uid"] for entry in self.pool)
         self.round = 0
 
     @task

@@ -147,7 +147,10 @@ def ensure_service_catalog(tool, value_types: dict | None = None) -> None:
     )
     try:
         client.create_catalog(spec)
-        logger.info("created catalog %s in the catalog service", catalog_id)
+        # The catalog's own token in the answer is not kept (no secret goes into ZODB or the log):
+        # docs/deploy.md, "Catalog tokens", gives the operator one.
+        logger.info("created catalog %s in the catalog service; for a catalog token instead of this "
+                    "credential: catalog-service catalog rotate-token %s", catalog_id, catalog_id)
     except ServiceRejected as exc:
         if exc.status != 409:
             raise

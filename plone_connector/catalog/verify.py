@@ -6,7 +6,6 @@ Run it as ``@@catalog-service-verify`` on the site (a POST with ``repair=1`` rep
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 
 from Acquisition import aq_base
@@ -44,33 +43,16 @@ class DriftReport:
         }
 
 
-def _catalogable(portal, tool):
-    found = {}
+def _catalogable(portal, tool, apply) -> None:
+    """Call ``apply(path, obj)`` for every object of the site a rebuild would catalog, as
+    ZopeFindAndApply finds them (one at a time: a large site is never held whole)."""
 
     def visit(obj, path):
         if obj != tool and base_hasattr(obj, "reindexObject") and safe_callable(obj.reindexObject):
-            found["/".join(obj.getPhysicalPath())] = obj
+            apply("/".join(obj.getPhysicalPath()), obj)
 
     visit(portal, "")
     portal.ZopeFindAndApply(portal, search_sub=True, apply_func=visit)
-    return found
-
-
-def _comparable(value):
-    """Index values in a form where the connector's and the service's spelling compare equal."""
-    if isinstance(value, list):
-        return sorted((_comparable(v) for v in value), key=repr)
-    if isinstance(value, dict):
-        return {k: _comparable(v) for k, v in value.items()}
-    if isinstance(value, str) and len(value) >= 16 and value[4:5] == "-" and value[10:11] == "T":
-        try:
-            parsed = dt.datetime.fromisoformat(value)
-        except ValueError:
-            return value
-        if parsed.tzinfo is None:
-            return ("naive", parsed.replace(second=0, microsecond=0).isoformat())
-        return int(parsed.timestamp() // 60)
-    return value
 
 
 VERIFY_CHUNK = 500
@@ -98,32 +80,26 @@ def _only_generated_schemas_differ(tool, client, uid: str, entry: dict) -> bool:
 
 def verify(portal, repair: bool = False) -> DriftReport:
     """Compare every catalogable object with the service's catalog. The service converts the
-    values exactly as it does for indexing and compares them in its stored form."""
+    values exactly as it does for indexing and compares them in its stored form.
+
+    The objects go to the service in chunks as they are found (at most ``VERIFY_CHUNK`` entries,
+    and no more than the connector's ``chunk_entries`` per request), so memory does not grow
+    with the site; ZODB's cache is collected between chunks."""
     tool = getToolByName(portal, "portal_catalog")
     if not isinstance(aq_base(tool), ServiceCatalogTool):
         raise TypeError("portal_catalog is not the catalog service tool")
     report = DriftReport()
-    objects = _catalogable(portal, tool)
     catalogued = set(tool._all_paths())
     client = tool._client()
-    entries = []
-    for path, obj in sorted(objects.items()):
-        report.checked += 1
-        if path not in catalogued:
-            report.missing.append(path)
-            continue
-        wrapper = obj
-        if not IIndexableObject.providedBy(obj):
-            wrapper = queryMultiAdapter((obj, tool), IIndexableObject) or obj
-        values, metadata = tool._extract(wrapper)
-        entries.append({"op": "index", "uid": catalog_uid(path), "path": path,
-                        "values": values, "metadata": metadata or {}})
-    uid_to_path = {catalog_uid(p): p for p in objects}
-    entry_of = {entry["uid"]: entry for entry in entries}
-    for start in range(0, len(entries), VERIFY_CHUNK):
-        results = client.verify(tool.catalog_id(), entries[start:start + VERIFY_CHUNK])
+    size = min(VERIFY_CHUNK, client.settings.chunk_entries or VERIFY_CHUNK)
+    found: set[str] = set()
+    chunk: list[dict] = []
+
+    def check() -> None:
+        results = client.verify(tool.catalog_id(), chunk)
+        entry_of = {entry["uid"]: entry for entry in chunk}
         for uid, result in results.items():
-            path = uid_to_path[uid]
+            path = entry_of[uid]["path"]
             if result["missing"]:
                 report.missing.append(path)
             elif result["indexes"] or result["metadata"]:
@@ -132,12 +108,35 @@ def verify(portal, repair: bool = False) -> DriftReport:
                     differing.remove(GENERATED_INDEX)
                 if differing:
                     report.stale[path] = differing
+        chunk.clear()
+        jar = getattr(portal, "_p_jar", None)
+        if jar is not None:
+            jar.cacheGC()
+
+    def compare(path: str, obj) -> None:
+        report.checked += 1
+        found.add(path)
+        if path not in catalogued:
+            report.missing.append(path)
+            return
+        wrapper = obj
+        if not IIndexableObject.providedBy(obj):
+            wrapper = queryMultiAdapter((obj, tool), IIndexableObject) or obj
+        values, metadata = tool._extract(wrapper)
+        chunk.append({"op": "index", "uid": catalog_uid(path), "path": path,
+                      "values": values, "metadata": metadata or {}})
+        if len(chunk) >= size:
+            check()
+
+    _catalogable(portal, tool, compare)
+    if chunk:
+        check()
     report.missing.sort()
-    report.phantom = sorted(catalogued - set(objects))
+    report.phantom = sorted(catalogued - found)
     if repair and not report.clean:
         for path in report.phantom:
             tool.uncatalog_object(path)
         for path in report.missing + list(report.stale):
-            tool.catalog_object(objects[path], path)
+            tool.catalog_object(portal.unrestrictedTraverse(path), path)
         report.repaired = True
     return report

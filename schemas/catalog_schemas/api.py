@@ -83,11 +83,27 @@ class IndexDeclaration(Model):
     value_type: ValueType = "text"
 
 
+class CatalogSettings(Model):
+    """How the public routes (``/search``, ``/{catalog}/@search``) show a catalog's objects.
+
+    ``public_url``: the site's public address (``https://www.example.org``); an item's ``@id`` is
+    it plus the item's path relative to the site. Without it, ``@id`` is the service's own
+    address of the catalog plus that path. ``site_path``: the site's physical path (``/plone``);
+    without it, the first component of the object's path. ``type_titles``: the title of each
+    portal_type (its FTI's title), shown as ``type_title``; a type without one shows its name, as
+    plone.restapi does for a type without an FTI."""
+
+    public_url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://[^\s?#]+$")
+    site_path: str | None = Field(default=None, max_length=2000, pattern=r"^/[^\s?#]*$")
+    type_titles: dict[str, str] = Field(default_factory=dict, max_length=1000)
+
+
 class CatalogCreate(Model):
     id: str = Field(pattern=CATALOG_ID_PATTERN)
     title: Text = Field(default="", max_length=500)
     indexes: list[IndexDeclaration] = Field(default_factory=list, max_length=500)
     metadata: list[Text] = Field(default_factory=list, max_length=500)
+    settings: CatalogSettings = Field(default_factory=CatalogSettings)
 
 
 class SchemaUpdate(Model):
@@ -116,6 +132,7 @@ class CatalogInfo(Model):
     metadata: list[str]
     counter: int
     objects: int
+    settings: CatalogSettings = Field(default_factory=CatalogSettings)
 
 
 class IndexEntry(Model):
@@ -216,6 +233,16 @@ class BatchResolver(Model):
     by: Literal["client", "service"]
 
 
+class FacetRequest(Model):
+    """Count the objects of the whole result per value of one index (docs/api.md, Facets)."""
+
+    index: str = Field(pattern=NAME_PATTERN)
+    # How many values to list, most frequent first (``sort``: "count") or in value order
+    # ("value"); None: the service's default (100). 0 lists none, ``distinct`` still counts them.
+    limit: int | None = Field(default=None, ge=0, le=1000)
+    sort: Literal["count", "value"] = "count"
+
+
 class SearchRequest(Model):
     """A ZCatalog query as Plone sends it, plus the page to return.
 
@@ -238,6 +265,8 @@ class SearchRequest(Model):
     # catalog counter in ZODB). If the service has not committed it yet, the answer says
     # ``complete: false``: it is correct for an older state only and must not be cached.
     after_batch: Text | None = Field(default=None, max_length=200)
+    # Facet counts to return with the page: index names, or FacetRequests for a limit or order.
+    facets: list[str | FacetRequest] = Field(default_factory=list, max_length=16)
 
 
 class Brain(BaseModel):
@@ -248,6 +277,20 @@ class Brain(BaseModel):
     score: int | None = None
 
 
+class FacetValue(Model):
+    # The index value as plain JSON (a string, number or boolean; one keyword of a KeywordIndex).
+    value: Any
+    # Objects of the whole result (the caller's security and effective-date filter applied) that
+    # the query would find with ``index=value`` in place of its own condition on the index.
+    count: int
+
+
+class FacetCounts(Model):
+    values: list[FacetValue]
+    # How many values have a count above zero (more than ``values`` holds when the limit cut it).
+    distinct: int
+
+
 class SearchResult(Model):
     items_total: int
     b_start: int
@@ -256,6 +299,68 @@ class SearchResult(Model):
     counter: int
     # False when ``after_batch`` is not committed in the catalog yet.
     complete: bool = True
+    # Only when the request asked for facets: per index, in the order asked.
+    facets: dict[str, FacetCounts] | None = None
+
+
+class PublicItem(Model):
+    """One object in the public contract (``/search``): metadata as plain JSON (public_values)."""
+
+    uid_: str | None = Field(alias="UID", description="the Plone UID (metadata column UID; without one, "
+                             "the catalog entry's uid)")
+    id_: str = Field(alias="@id", description="the object's public URL (CatalogSettings.public_url)")
+    path: str = Field(description="the object's path relative to the site, '' for the site itself")
+    score: int | None = Field(default=None, description="ZCatalog's data_record_score_ of a relevance-ordered "
+                              "text query")
+    metadata: dict[str, Any]
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class PublicSearchResult(Model):
+    """``/search``'s answer: a page (``b_size`` 25 unless asked, at most CATALOG_PUBLIC_MAX_B_SIZE)."""
+
+    items_total: int
+    b_start: int
+    b_size: int
+    items: list[PublicItem]
+    # Only when the request asked for facets: per index, in the order asked.
+    facets: dict[str, FacetCounts] | None = None
+
+
+class Batching(BaseModel):
+    """plone.restapi's batching links; only when the result has more than one page."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    id_: str = Field(alias="@id")
+    first: str
+    last: str
+    prev: str | None = None
+    next: str | None = None
+
+
+class RestapiItem(BaseModel):
+    """An item of ``@search``: plone.restapi's summary of a brain, plus the ``metadata_fields``
+    asked for (plain JSON), ``getPath`` and ``getURL`` among them with ``_all``."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    id_: str = Field(alias="@id")
+    type_: str | None = Field(alias="@type")
+    title: Any = None
+    description: Any = None
+    review_state: Any = None
+    type_title: str | None = None
+
+
+class RestapiSearchResult(BaseModel):
+    """``/{catalog}/@search``'s answer, as plone.restapi's ``@search`` (a text query that is empty
+    once its parentheses are removed, or ``*``, answers ``[]`` as plone.restapi does)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    id_: str = Field(alias="@id")
+    items_total: int
+    items: list[RestapiItem]
+    batching: Batching | None = None
 
 
 class UniqueValues(Model):

@@ -15,13 +15,12 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp
 
-from catalog_schemas.api import Problem
-
 from . import logs
-from .api import batches, catalogs, health, problems, search
+from .api import batches, catalogs, cors, docs, health, problems, search
 from .api.problems import problem
 from .db import resolve_dsn
-from .metrics import LATENCY, REQUESTS, RESOLVED
+from .metrics import FACET_CACHE, LATENCY, REQUESTS, RESOLVED
+from .public import routes as public_routes
 from .settings import Settings, get_settings
 from .store.batches import resolve_expired
 from .store.catalogs import CatalogRegistry
@@ -154,8 +153,9 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         path = scope["path"].rstrip("/")
-        # Index batches, and appends to them (a rebuild's chunks of a thousand entries).
-        batch = scope["method"] == "POST" and (path.endswith("/batches") or (
+        # Index batches, appends to them (a rebuild's chunks of a thousand entries), and the
+        # entries verify compares (chunks of the same kind).
+        batch = scope["method"] == "POST" and (path.endswith(("/batches", "/verify")) or (
             path.endswith("/append") and "/batches/" in path))
         limit = self.settings.max_batch_body_size if batch else self.settings.max_body_size
         detail = f"request body larger than {limit} bytes"
@@ -198,6 +198,12 @@ class CatalogApp(FastAPI):
         return door
 
     async def __call__(self, scope, receive, send) -> None:
+        layer = getattr(self, "_cors", None)
+        if layer is None:
+            layer = self._cors = cors.Cors(self._dispatch, self.state.settings)
+        await layer(scope, receive, send)
+
+    async def _dispatch(self, scope, receive, send) -> None:
         if scope["type"] == "http":
             for route in search.FAST_ROUTES:
                 match, child = route.matches(scope)
@@ -209,23 +215,6 @@ class CatalogApp(FastAPI):
                     return
         await super().__call__(scope, receive, send)
 
-    def openapi(self) -> dict:
-        """FastAPI's document, made truthful about errors and limits: every error is the Problem
-        schema (FastAPI would describe its own 422 body, which the service never sends), and the
-        limits the service enforces (its settings) are in the schemas."""
-        if self.openapi_schema is None:
-            document = super().openapi()
-            schemas = document.setdefault("components", {}).setdefault("schemas", {})
-            problem = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
-            schemas.update(problem.pop("$defs", {}))
-            schemas["Problem"] = problem
-            for unused in ("HTTPValidationError", "ValidationError"):
-                schemas.pop(unused, None)
-            _components_for_bodies(document, schemas)
-            _document_limits(schemas, self.state.settings)
-            self.openapi_schema = document
-        return self.openapi_schema
-
     async def _search(self, scope, receive, send) -> None:
         request = Request(scope, receive)
         try:
@@ -236,47 +225,6 @@ class CatalogApp(FastAPI):
         await response(scope, receive, send)
 
 
-def _components_for_bodies(document: dict, schemas: dict) -> None:
-    """The request bodies that routes read themselves (deps.body_schema: the model's JSON schema,
-    its nested models under ``$defs``) as components, so that their references resolve."""
-    for operations in document["paths"].values():
-        for operation in operations.values():
-            content = operation.get("requestBody", {}).get("content", {}).get("application/json")
-            if not content or "$ref" in content["schema"]:
-                continue
-            body = _to_components(content["schema"])
-            for name, definition in body.pop("$defs", {}).items():
-                schemas.setdefault(name, _to_components(definition))
-            schemas.setdefault(body["title"], body)
-            content["schema"] = {"$ref": f"#/components/schemas/{body['title']}"}
-
-
-def _to_components(schema):
-    """``schema`` with its ``#/$defs/`` references pointing at the document's components."""
-    if isinstance(schema, dict):
-        return {key: (value.replace("#/$defs/", "#/components/schemas/") if key == "$ref" else _to_components(value))
-                for key, value in schema.items()}
-    if isinstance(schema, list):
-        return [_to_components(item) for item in schema]
-    return schema
-
-
-def _document_limits(schemas: dict, settings: Settings) -> None:
-    """The limits of a search, from the settings the service runs with."""
-    search = schemas.get("SearchRequest")
-    if search is None:
-        return
-    for page in ("b_size",):
-        for option in search["properties"][page].get("anyOf", []):
-            if option.get("type") == "integer":
-                option["maximum"] = settings.max_b_size
-    search["description"] = (search.get("description", "") + (
-        f"\n\nLimits (422 past them): b_size at most {settings.max_b_size} (also inside ``query``); without "
-        f"b_size at most {settings.max_unbatched} results; lists of at most {settings.max_list_length} values; "
-        f"texts of at most {settings.max_text_length} characters; at most {settings.max_query_terms} indexes "
-        f"queried.")).strip()
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = CatalogApp(
@@ -284,17 +232,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="Plone's portal_catalog in PostgreSQL, queried in ZCatalog's language.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.registry = CatalogRegistry()
     app.state.counts = CountCache(settings.count_cache_size)
+    app.state.facet_counts = CountCache(settings.facet_cache_size, metric=FACET_CACHE)
     problems.install(app)
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(Observe)
-    for module in (search, batches, catalogs, health):
+    for module in (search, batches, catalogs, health, public_routes):
         app.include_router(module.router)
-    app.state.api_routes = [*search.FAST_ROUTES, *(route for module in (search, batches, catalogs, health)
+    app.state.api_routes = [*search.FAST_ROUTES, *(route for module in (search, batches, catalogs, health, public_routes)
                                                    for route in module.router.routes)]
+    docs.install(app)
     # Routes are matched in order: the searches come first, for a request that reaches the router
     # (CatalogApp takes the searches before that).
     app.router.routes[:0] = search.FAST_ROUTES

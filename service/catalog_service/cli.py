@@ -5,6 +5,12 @@
     catalog-service demo [--catalog demo] [--objects 2000]
     catalog-service stats [CATALOG]
     catalog-service indexes {missing,defer,build} CATALOG
+    catalog-service catalog create CATALOG [--title T]
+    catalog-service catalog rotate-token CATALOG [--grace SECONDS]
+    catalog-service embedded {status,stop}
+
+An error an operator can fix (no database at DATABASE_URL, a port in use) is one line on stderr
+and a non-zero exit status, not a traceback.
 """
 
 from __future__ import annotations
@@ -13,16 +19,89 @@ import argparse
 import asyncio
 import os
 import secrets
+import socket
 import sys
 import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
-from .settings import get_settings
+from .settings import Settings, get_settings
+
+
+class Failure(Exception):
+    """An error the operator can fix: printed as one line, exit status ``status``."""
+
+    def __init__(self, message: str, status: int = 1):
+        super().__init__(message)
+        self.status = status
+
+
+def _shown(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "(unparsable URL)"
+    if parts.password:
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{parts.username}:***@{netloc}")
+    return urlunsplit(parts)
+
+
+def _check_database_url() -> None:
+    """DATABASE_URL and CATALOG_DATABASE_URL (docker-compose.yml's name) are the same setting."""
+    plain, prefixed = os.environ.get("DATABASE_URL"), os.environ.get("CATALOG_DATABASE_URL")
+    if plain and prefixed and plain != prefixed:
+        raise Failure("DATABASE_URL and CATALOG_DATABASE_URL are both set and differ; set one of them", 2)
+
+
+# Embedded servers this process started (their data folders): stopped when it exits (_finish).
+_STARTED: list[Path] = []
 
 
 def _dsn() -> str:
     from .db import resolve_dsn
 
-    return resolve_dsn(get_settings())
+    _check_database_url()
+    settings = get_settings()
+    if settings.database_url:
+        return settings.database_url
+    from . import embedded
+
+    pgdata = settings.embedded_pgdata.resolve()
+    was_running = embedded.running(pgdata) is not None
+    try:
+        dsn = resolve_dsn(settings)
+    except Exception as exc:
+        raise Failure(f"cannot start the embedded PostgreSQL in {pgdata}: {exc} (see {pgdata / 'log'})") from exc
+    if not was_running:
+        _STARTED.append(pgdata)
+    return dsn
+
+
+def _stop_started() -> None:
+    from . import embedded
+
+    while _STARTED:
+        pgdata = _STARTED.pop()
+        if embedded.stop(pgdata):
+            print(f"embedded PostgreSQL in {pgdata} stopped", file=sys.stderr)
+
+
+def _database_error(dsn: str, exc: BaseException) -> Failure:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return Failure(f"cannot use the database at {_shown(dsn)}: {reason}", 2)
+
+
+def _run(dsn: str, coroutine):
+    """Run a command's coroutine; a database that cannot be reached or refuses is a Failure."""
+    import asyncpg
+
+    try:
+        return asyncio.run(coroutine)
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError,
+            asyncpg.ClientConfigurationError, ValueError) as exc:
+        raise _database_error(dsn, exc) from exc
 
 
 async def _connect(dsn: str):
@@ -30,7 +109,7 @@ async def _connect(dsn: str):
 
     from .store.database import _init_connection
 
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(dsn, timeout=10)
     await _init_connection(conn)
     return conn
 
@@ -60,7 +139,7 @@ async def load_demo(dsn: str, name: str, count: int, chunk: int = 2000, quiet: b
     from .demo import objects, plone_catalog
     from .errors import NotFound
     from .store import batches
-    from .store.catalogs import CatalogRegistry, defer_indexes
+    from .store.catalogs import ANALYZE_TEXT, CatalogRegistry, defer_indexes
 
     registry = CatalogRegistry()
     conn = await _connect(dsn)
@@ -105,6 +184,7 @@ async def load_demo(dsn: str, name: str, count: int, chunk: int = 2000, quiet: b
             await _build(dsn, catalog, None if quiet else lambda line: print(line, file=sys.stderr, flush=True))
         else:
             await conn.execute(f"analyze {catalog.table}")
+            await conn.execute(ANALYZE_TEXT)
         return token
     finally:
         await conn.close()
@@ -179,66 +259,280 @@ async def _indexes(dsn: str, action: str, name: str) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="catalog-service", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the HTTP service")
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--workers", type=int, default=1)
-    serve.add_argument("--demo", action="store_true", help="load the demo catalog first if it is missing")
-    sub.add_parser("migrate", help="apply database migrations")
-    demo = sub.add_parser("demo", help="create and fill a demo catalog")
-    demo.add_argument("--catalog", default="demo")
-    demo.add_argument("--objects", type=int, default=2000)
-    stats = sub.add_parser("stats", help="show catalogs and their sizes")
-    stats.add_argument("catalog", nargs="?")
-    indexes = sub.add_parser("indexes", help="list, defer (before a bulk load) or build a catalog's SQL indexes")
-    indexes.add_argument("action", choices=["missing", "defer", "build"])
-    indexes.add_argument("catalog")
-    args = parser.parse_args(argv)
+async def _create_catalog(dsn: str, name: str, title: str) -> str:
+    """Create an empty catalog (the connector declares its indexes when it is installed with the
+    token) and return its connector token."""
+    from catalog_schemas.api import CatalogCreate
 
-    settings = get_settings()
+    from .errors import CatalogError
+    from .store.catalogs import CatalogRegistry
+
+    conn = await _connect(dsn)
+    try:
+        try:
+            _, token = await CatalogRegistry().create(conn, CatalogCreate(id=name, title=title))
+        except CatalogError as exc:
+            raise Failure(f"cannot create catalog {name!r}: {exc.detail}") from exc
+        return token
+    finally:
+        await conn.close()
+
+
+async def _rotate_token(dsn: str, name: str, grace: float):
+    from .errors import NotFound
+    from .store.catalogs import CatalogRegistry
+
+    registry = CatalogRegistry()
+    conn = await _connect(dsn)
+    try:
+        try:
+            catalog, _ = await registry.get(conn, name)
+        except NotFound as exc:
+            raise Failure(f"no catalog {name!r}") from exc
+        _, token, until = await registry.rotate_token(conn, catalog, grace)
+        return token, until
+    finally:
+        await conn.close()
+
+
+def _setting_comments() -> dict[str, str]:
+    """The comment above each field of ``Settings`` (settings.py documents them there), by name:
+    one source for the help and the code."""
+    import inspect
+    import re
+
+    found, comment = {}, []
+    for line in inspect.getsource(Settings).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comment.append(stripped.lstrip("# "))
+            continue
+        match = re.match(r"([a-z_]+)\s*:", stripped)
+        if match:
+            found[match.group(1)] = " ".join(comment)
+        if not stripped.startswith("..."):
+            comment = [] if match or not stripped else comment
+    return found
+
+
+def _settings_help() -> str:
+    """Every setting, as the environment variable that sets it, its default and its comment."""
+    import textwrap
+
+    comments = _setting_comments()
+    lines = ["environment (each setting of the service; .env in the working folder is read too):"]
+    for name, field in Settings.model_fields.items():
+        env = "DATABASE_URL or CATALOG_DATABASE_URL" if name == "database_url" else f"CATALOG_{name.upper()}"
+        default = field.default_factory() if field.default_factory is not None else field.default
+        if name == "database_url":
+            default = "(empty: the embedded PostgreSQL)"
+        elif name == "admin_token":
+            default = "(empty: serve makes one per run and prints it)"
+        lines.append(f"  {env}  (default {default})")
+        if comments.get(name):
+            lines.extend(textwrap.wrap(comments[name], 96, initial_indent="      ", subsequent_indent="      "))
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    defaults = Settings.model_fields
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="catalog-service", formatter_class=formatter,
+        description="The catalog service of Plone sites: an HTTP API over PostgreSQL.",
+        epilog="Every command uses the database of DATABASE_URL (or CATALOG_DATABASE_URL); without one, an "
+               "embedded PostgreSQL in CATALOG_EMBEDDED_PGDATA (default .pgdata/service).\n"
+               "`catalog-service COMMAND --help` describes a command; `catalog-service serve --help` lists "
+               "every setting.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser(
+        "serve", help="run the HTTP service", formatter_class=formatter, epilog=_settings_help(),
+        description="Run the HTTP service (uvicorn). Applies migrations first unless CATALOG_MIGRATE_ON_START "
+                    "is false. Stops the embedded PostgreSQL, if it uses one, when it exits (Ctrl-C, SIGTERM).")
+    serve.add_argument("--host", default=None,
+                       help=f"address to listen on (env CATALOG_HOST, default {defaults['host'].default}; "
+                            "0.0.0.0 in a container)")
+    serve.add_argument("--port", type=int, default=None,
+                       help=f"port to listen on (env CATALOG_PORT, default {defaults['port'].default})")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    serve.add_argument("--demo", action="store_true",
+                       help="create and fill the demo catalog (2,000 objects) first if it is missing")
+    sub.add_parser("migrate", help="apply database migrations", formatter_class=formatter,
+                   description="Apply the missing migrations and build the indexes older catalogs lack "
+                               "(the service may keep running).")
+    demo = sub.add_parser("demo", help="create and fill a demo catalog", formatter_class=formatter,
+                          description="Create a catalog of generated Plone-like content, unless it exists.")
+    demo.add_argument("--catalog", default="demo", help="catalog id (default demo)")
+    demo.add_argument("--objects", type=int, default=2000, help="objects to generate (default 2000)")
+    stats = sub.add_parser("stats", help="show catalogs and their sizes", formatter_class=formatter,
+                           description="Objects, counter, indexes, metadata columns and size per catalog.")
+    stats.add_argument("catalog", nargs="?", help="one catalog (default: all)")
+    indexes = sub.add_parser("indexes", help="list, defer (before a bulk load) or build a catalog's SQL indexes",
+                             formatter_class=formatter,
+                             description="missing: list the SQL indexes a catalog lacks; defer: drop them "
+                                         "before a bulk load; build: build them (CATALOG_INDEX_BUILDERS at a time, "
+                                         "each with CATALOG_INDEX_BUILD_MEMORY).")
+    indexes.add_argument("action", choices=["missing", "defer", "build"], help="what to do")
+    indexes.add_argument("catalog", help="catalog id")
+    catalog = sub.add_parser(
+        "catalog", help="create a catalog and get its connector token, or rotate the token",
+        formatter_class=formatter,
+        description="Catalog tokens for the Plone connector (CATALOG_SERVICE_TOKEN; docs/deploy.md). A token "
+                    "is printed once, on stdout; the service keeps only its hash.")
+    catalog_sub = catalog.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = catalog_sub.add_parser("create", help="create an empty catalog and print its token",
+                                    description="Create an empty catalog; the connector declares its indexes "
+                                                "and metadata when the add-on is installed with the token.")
+    create.add_argument("catalog", help="catalog id (the connector's CATALOG_SERVICE_CATALOG_ID, default the "
+                                        "Plone site's id)")
+    create.add_argument("--title", default="", help="title (default empty)")
+    rotate = catalog_sub.add_parser("rotate-token", help="issue a new token; the old one stays valid a while",
+                                    description="Issue the catalog a new connector token and print it. The old "
+                                                "token, and the signed tokens minted with it, stay valid for the "
+                                                "grace period.")
+    rotate.add_argument("catalog", help="catalog id")
+    rotate.add_argument("--grace", type=float, default=3600.0,
+                        help="seconds the old token stays valid (default 3600; 0: it ends now)")
+    emb = sub.add_parser("embedded", help="status of the embedded PostgreSQL, or stop it (make stop)",
+                         formatter_class=formatter,
+                         description="The embedded PostgreSQL used without DATABASE_URL, in "
+                                     "CATALOG_EMBEDDED_PGDATA (default .pgdata/service).")
+    emb.add_argument("action", choices=["status", "stop"], help="what to do")
+    emb.add_argument("pgdata", nargs="*", type=Path,
+                     help="data folders (default CATALOG_EMBEDDED_PGDATA)")
+    return parser
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything is printed as if the service ran."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family=family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # uvicorn's backlog; connections wait there until the workers accept
+    except OSError as exc:
+        sock.close()
+        raise Failure(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def _serve(args, settings: Settings) -> int:
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    dsn = _dsn()
+    if not settings.database_url:
+        # serve owns the embedded server of `make run`: it stops it when it exits, also one it found
+        # running (left by a command that was killed).
+        pgdata = settings.embedded_pgdata.resolve()
+        if pgdata not in _STARTED:
+            _STARTED.append(pgdata)
+    host = args.host or settings.host
+    port = args.port or settings.port
+    sock = _bind(host, port)
+    try:
+        # Workers must reach the same database, embedded or not.
+        os.environ["DATABASE_URL"] = dsn
+        os.environ.pop("CATALOG_DATABASE_URL", None)
+        if settings.migrate_on_start or args.demo:
+            _run(dsn, _migrate(dsn))
+        demo_token = _run(dsn, load_demo(dsn, "demo", 2000)) if args.demo else None
+        config = uvicorn.Config("catalog_service.app:app_factory", factory=True, host=host, port=port,
+                                workers=args.workers, log_level=settings.log_level, access_log=False)
+        if not settings.admin_token:
+            token = secrets.token_urlsafe(24)
+            os.environ["CATALOG_ADMIN_TOKEN"] = token
+            print(f"CATALOG_ADMIN_TOKEN was not set; this run's admin token: {token}", file=sys.stderr)
+        if demo_token:
+            print(f"demo catalog created; its connector token: {demo_token}", file=sys.stderr)
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        print(f"catalog service on http://{host}:{port}  (try: curl 'http://{shown}:{port}/search?catalog=demo"
+              f"&SearchableText=plone&b_size=3')", file=sys.stderr)
+        get_settings.cache_clear()
+        if args.workers > 1:
+            Multiprocess(config, sockets=[sock]).run()
+        else:
+            uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+    return 0
+
+
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    args = _parser().parse_args(argv)
+    # SIGTERM before uvicorn takes over the signals (migrations, the demo) ends as Ctrl-C does: the
+    # embedded server is stopped on the way out. Uvicorn raises a signal it caught again at its end.
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _command(args)
+    except Failure as exc:
+        print(f"catalog-service: {exc}", file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        _stop_started()
+
+
+def _command(args) -> int:
+    try:
+        settings = get_settings()
+    except Exception as exc:  # pydantic's ValidationError: a setting that does not parse
+        first = str(exc).strip().splitlines()
+        raise Failure(f"invalid settings: {' '.join(first[:3])}", 2) from exc
+    if args.command == "embedded":
+        from . import embedded
+
+        folders = args.pgdata or [settings.embedded_pgdata]
+        for pgdata in folders:
+            if args.action == "stop":
+                print(f"{pgdata}: {'stopped' if embedded.stop(pgdata) else 'not running'}")
+            else:
+                pid = embedded.running(pgdata)
+                print(f"{pgdata}: {'running, pid ' + str(pid) if pid else 'not running'}")
+        return 0
+    if args.command == "serve":
+        return _serve(args, settings)
+    dsn = _dsn()
     if args.command == "migrate":
-        applied = asyncio.run(_migrate(_dsn()))
+        applied = _run(dsn, _migrate(dsn))
         print("applied: " + ", ".join(applied) if applied else "database is up to date")
         return 0
     if args.command == "demo":
-        dsn = _dsn()
-        asyncio.run(_migrate(dsn))
-        token = asyncio.run(load_demo(dsn, args.catalog, args.objects))
+        _run(dsn, _migrate(dsn))
+        token = _run(dsn, load_demo(dsn, args.catalog, args.objects))
         if token:
             print(f"catalog {args.catalog!r} created; its connector token: {token}")
         return 0
     if args.command == "stats":
-        asyncio.run(_stats(_dsn(), args.catalog))
+        _run(dsn, _stats(dsn, args.catalog))
         return 0
     if args.command == "indexes":
-        return asyncio.run(_indexes(_dsn(), args.action, args.catalog))
-
-    import uvicorn
-
-    dsn = _dsn()
-    # Workers must reach the same database, embedded or not.
-    os.environ["DATABASE_URL"] = dsn
-    if not settings.admin_token:
-        token = secrets.token_urlsafe(24)
-        os.environ["CATALOG_ADMIN_TOKEN"] = token
-        print(f"CATALOG_ADMIN_TOKEN was not set; this run's admin token: {token}", file=sys.stderr)
-    if settings.migrate_on_start or args.demo:
-        asyncio.run(_migrate(dsn))
-    if args.demo:
-        token = asyncio.run(load_demo(dsn, "demo", 2000))
-        if token:
-            print(f"demo catalog created; its connector token: {token}", file=sys.stderr)
-    host = args.host or settings.host
-    port = args.port or settings.port
-    print(f"catalog service on http://{host}:{port}  (try: curl 'http://{host}:{port}/search?catalog=demo"
-          f"&SearchableText=plone&b_size=3')", file=sys.stderr)
-    get_settings.cache_clear()
-    uvicorn.run("catalog_service.app:app_factory", factory=True, host=host, port=port, workers=args.workers,
-                log_level=settings.log_level, access_log=False)
-    return 0
+        return _run(dsn, _indexes(dsn, args.action, args.catalog))
+    if args.command == "catalog":
+        _run(dsn, _migrate(dsn))
+        if args.action == "create":
+            token = _run(dsn, _create_catalog(dsn, args.catalog, args.title))
+            print(f"catalog {args.catalog!r} created; set CATALOG_SERVICE_TOKEN for its Plone site to:",
+                  file=sys.stderr)
+            print(token)
+            return 0
+        if args.grace < 0:
+            raise Failure("--grace must be 0 or more seconds", 2)
+        token, until = _run(dsn, _rotate_token(dsn, args.catalog, args.grace))
+        ends = f"stays valid until {until.isoformat(timespec='seconds')}" if until else "is no longer valid"
+        print(f"catalog {args.catalog!r}: new connector token below; the old one {ends}", file=sys.stderr)
+        print(token)
+        return 0
+    raise AssertionError(args.command)
 
 
 if __name__ == "__main__":

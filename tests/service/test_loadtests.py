@@ -41,4 +41,7 @@ def test_locust_scenarios_run_without_failures(live_service, tmp_path):
     for kind in ("/search", "query", "batch"):
         assert kind in sent, requests
     with live_service.client() as admin:
+        # The indexers unindexed what they indexed when the test stopped: the catalog holds the
+        # objects the locustfile created, as before the run.
+        assert admin.get(f"/catalogs/{catalog}").json()["objects"] == 1200
         admin.delete(f"/catalogs/{catalog}")

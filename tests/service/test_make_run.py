@@ -37,13 +37,15 @@ def test_serve_demo_on_a_fresh_embedded_postgresql(tmp_path):
                 time.sleep(0.3)
         answer = httpx.get(base + "/search", params={"catalog": "demo", "portal_type": "Folder", "b_size": 3}).json()
         assert answer["items_total"] > 0 and len(answer["items"]) == 3
-        assert all(item["path"].startswith("/plone/section-") for item in answer["items"])
+        # Paths relative to the site (/plone), metadata as plain JSON.
+        assert all(item["path"].startswith("/section-") for item in answer["items"])
+        assert all(isinstance(item["metadata"]["created"], str) for item in answer["items"])
         # The folder listing README.md shows.
         listing = {"path": {"query": "/plone/section-0/folder-3", "depth": 1}, "sort_on": "getObjPositionInParent"}
         assert "/plone/section-0/folder-3" in (ROOT / "README.md").read_text()
         answer = httpx.get(base + "/search", params={"catalog": "demo", "q": json.dumps(listing), "b_size": 5}).json()
         assert answer["items_total"] > 0
-        assert all(item["path"].startswith("/plone/section-0/folder-3/") for item in answer["items"])
+        assert all(item["path"].startswith("/section-0/folder-3/") for item in answer["items"])
         # A fresh embedded server gets the WAL settings for bulk indexing (embedded.RELOADABLE).
         # postmaster.pid names the socket directory (not always the data directory).
         socket_dir = (pgdata / "postmaster.pid").read_text().splitlines()[4]

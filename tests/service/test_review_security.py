@@ -39,7 +39,7 @@ def secret_catalog(service):
 
 def anonymous_search(service, name, query):
     response = post(service, f"/search?catalog={name}", json={"query": query})
-    items = [item["uid"] for item in response.json().get("items", [])] if response.status_code == 200 else None
+    items = [item.get("uid", item.get("UID")) for item in response.json().get("items", [])] if response.status_code == 200 else None
     return response.status_code, items
 
 

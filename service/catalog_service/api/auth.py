@@ -6,6 +6,11 @@
 - a signed token minted by the connector (``POST /catalogs/{id}/tokens``): a frontend acting for
   one user, with the principals and expiry the token carries;
 - nothing: Anonymous, effective content only.
+
+A request without a credential where one is needed, or with an ``Authorization`` header that is
+not ``Bearer <token>``, or with a token the service does not know, gets 401 (with
+``WWW-Authenticate: Bearer``); a valid credential without the right gets 403. A malformed header is
+never taken for Anonymous, on the public searches neither.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class Credential:
     bearer: str | None
     principals_header: str | None
     unrestricted: bool
+    # An Authorization header that is not "Bearer <token>".
+    malformed: bool = False
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,8 @@ class Caller:
     kind: str  # admin | connector | user | anonymous
     principals: tuple[str, ...] | None = None
     show_inactive: bool = False
+    # The catalog a connector's or a user's credential belongs to.
+    catalog: str | None = None
 
     @property
     def trusted(self) -> bool:
@@ -52,19 +61,33 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def _signature(key_hash: str, body: str) -> bytes:
+    return hmac.new(bytes.fromhex(key_hash), body.encode(), hashlib.sha256).digest()
+
+
 def mint_token(catalog: Catalog, principals: list[str], ttl: int, show_inactive: bool = False) -> str:
     payload = orjson.dumps({"cat": catalog.name, "p": principals, "exp": int(time.time()) + ttl,
                             "in": show_inactive})
     body = _b64(payload)
-    sig = hmac.new(bytes.fromhex(catalog.token_hash), body.encode(), hashlib.sha256).digest()
-    return f"{TOKEN_PREFIX}{body}.{_b64(sig)}"
+    return f"{TOKEN_PREFIX}{body}.{_b64(_signature(catalog.token_hash, body))}"
+
+
+def signed_token_catalog(token: str) -> str | None:
+    """The catalog a signed token names (unverified: to find the key that verifies it)."""
+    try:
+        body = token[len(TOKEN_PREFIX):].split(".")[0]
+        name = orjson.loads(_unb64(body)).get("cat")
+    except (ValueError, AttributeError, orjson.JSONDecodeError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _verify_token(catalog: Catalog, token: str) -> Caller:
     try:
         body, sig = token[len(TOKEN_PREFIX):].split(".")
-        expected = hmac.new(bytes.fromhex(catalog.token_hash), body.encode(), hashlib.sha256).digest()
-        if not hmac.compare_digest(expected, _unb64(sig)):
+        given = _unb64(sig)
+        # Tokens minted before a rotation of the catalog's token stay valid during its grace period.
+        if not any(hmac.compare_digest(_signature(key, body), given) for key in catalog.token_keys()):
             raise Unauthorized("invalid token signature")
         payload = orjson.loads(_unb64(body))
     except (ValueError, orjson.JSONDecodeError) as exc:
@@ -76,10 +99,13 @@ def _verify_token(catalog: Catalog, token: str) -> Caller:
     principals = payload.get("p")
     if not isinstance(principals, list) or not all(isinstance(p, str) for p in principals):
         raise Unauthorized("malformed token")
-    return Caller(kind="user", principals=tuple(principals), show_inactive=bool(payload.get("in")))
+    return Caller(kind="user", principals=tuple(principals), show_inactive=bool(payload.get("in")),
+                  catalog=catalog.name)
 
 
 def identify(credential: Credential, catalog: Catalog | None, admin_token: str) -> Caller:
+    if credential.malformed:
+        raise Unauthorized("the Authorization header must be 'Bearer <token>'")
     bearer = credential.bearer
     if not bearer:
         return Caller(kind="anonymous", principals=ANONYMOUS)
@@ -90,16 +116,20 @@ def identify(credential: Credential, catalog: Catalog | None, admin_token: str) 
     if bearer.startswith(TOKEN_PREFIX):
         return _verify_token(catalog, bearer)
     if catalog.token_matches(bearer):
-        return Caller(kind="connector")
+        return Caller(kind="connector", catalog=catalog.name)
     raise Unauthorized("unknown credential")
 
 
 def require_trusted(caller: Caller) -> None:
+    if caller.kind == "anonymous":
+        raise Unauthorized("this needs the catalog's service credential")
     if not caller.trusted:
         raise Forbidden("this needs the catalog's service credential")
 
 
 def require_admin(caller: Caller) -> None:
+    if caller.kind == "anonymous":
+        raise Unauthorized("this needs the admin credential")
     if caller.kind != "admin":
         raise Forbidden("this needs the admin credential")
 

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import hmac
 import logging
 import time
 
 import orjson
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from pydantic import ValidationError
 
 from catalog_schemas.api import (
     NO_NUL_PATTERN,
     Batch,
     CatalogCreate,
     CatalogInfo,
+    CatalogSettings,
     SchemaUpdate,
     TextIndexSize,
     TokenRequest,
@@ -20,14 +24,23 @@ from catalog_schemas.api import (
     VerifyRequest,
 )
 
-from ..errors import BadRequest, NotFound
+from ..errors import BadRequest, Conflict, NotFound
 from ..indexes.simple import DateRangeIndex
 from ..indexes.text import CELLS_SUFFIX, ZCTextIndex
 from ..planner.plan import rows_source
 from ..planner.sql import Params
 from ..store import batches
 from ..store.catalogs import Catalog, build_indexes, defer_indexes, missing_indexes, plain_name
-from .auth import Credential, identify, mint_token, require_admin, require_trusted
+from .auth import (
+    TOKEN_PREFIX,
+    Caller,
+    Credential,
+    identify,
+    mint_token,
+    require_admin,
+    require_trusted,
+    signed_token_catalog,
+)
 from .deps import body_schema, credential, idempotent, json_response, read_body
 from .problems import CATALOG_ERRORS, errors
 
@@ -38,7 +51,7 @@ router = APIRouter(prefix="/catalogs", tags=["catalogs"], responses=errors(*CATA
 async def info(conn, catalog: Catalog, counter: int, registry) -> CatalogInfo:
     return CatalogInfo(id=catalog.name, title=catalog.title, indexes=list(catalog.declarations),
                        metadata=list(catalog.metadata), counter=counter,
-                       objects=await registry.count(conn, catalog))
+                       objects=await registry.count(conn, catalog), settings=catalog.settings)
 
 
 async def trusted_catalog(request: Request, name: str, cred: Credential):
@@ -50,15 +63,61 @@ async def trusted_catalog(request: Request, name: str, cred: Credential):
     return catalog, counter
 
 
+async def caller_anywhere(conn, request: Request, cred: Credential, name: str | None = None) -> Caller:
+    """The caller of a route that is no one catalog's (creating, dropping catalogs): the admin, or
+    the connector or a frontend of the catalog its token belongs to (``name``'s, or any), so that
+    a valid catalog credential gets 403 and only an unknown one 401."""
+    state = request.app.state
+    admin_token = state.settings.admin_token
+    if cred.malformed or not cred.bearer or (admin_token and hmac.compare_digest(cred.bearer.encode(),
+                                                                                  admin_token.encode())):
+        return identify(cred, None, admin_token)
+    catalog = None
+    if cred.bearer.startswith(TOKEN_PREFIX):
+        owner = signed_token_catalog(cred.bearer)
+        if owner is not None:
+            with contextlib.suppress(NotFound):
+                catalog, _ = await state.registry.get(conn, owner)
+    elif name is not None:
+        with contextlib.suppress(NotFound):
+            catalog, _ = await state.registry.get(conn, name)
+        if catalog is not None and not catalog.token_matches(cred.bearer):
+            catalog = None
+    if catalog is None:
+        catalog = await state.registry.by_token(conn, cred.bearer)
+    return identify(cred, catalog, admin_token)
+
+
 @router.post("", status_code=201, responses=errors(400, 409, 413))
 async def create_catalog(spec: CatalogCreate, request: Request, cred: Credential = Depends(credential)):
+    """Create a catalog (admin); the answer carries its connector token, shown this once. The
+    connector of an existing catalog gets 409 for it, as the admin does (the connector then
+    updates its schema: installing with a catalog token works)."""
     state = request.app.state
-    require_admin(identify(cred, None, state.settings.admin_token))
     async with state.db.acquire() as conn:
+        caller = await caller_anywhere(conn, request, cred, spec.id)
+        if caller.kind == "connector" and caller.catalog == spec.id:
+            raise Conflict(f"catalog {spec.id!r} exists")
+        require_admin(caller)
         catalog, token = await state.registry.create(conn, spec)
         body = (await info(conn, catalog, 0, state.registry)).model_dump()
     body["token"] = token
     return json_response(body, status_code=201)
+
+
+@router.post("/{name}/token")
+async def rotate_catalog_token(name: str, request: Request, cred: Credential = Depends(credential),
+                               grace: float = Query(default=3600.0, ge=0, le=30 * 86400)):
+    """Issue the catalog a new connector token (admin, or the catalog's connector). The token it
+    replaces, and the signed tokens minted with it, stay valid for ``grace`` seconds (0: not at
+    all), time to configure the new one everywhere. The new token is shown this once."""
+    state = request.app.state
+    async with state.db.acquire() as conn:
+        catalog, _ = await state.registry.get(conn, name)
+        require_trusted(identify(cred, catalog, state.settings.admin_token))
+        _, token, until = await state.registry.rotate_token(conn, catalog, grace)
+    return json_response({"id": name, "token": token,
+                          "previous_valid_until": until.isoformat() if until else None})
 
 
 @router.get("/{name}", response_model=CatalogInfo)
@@ -77,6 +136,30 @@ async def update_schema(name: str, update: SchemaUpdate, request: Request, cred:
     async with state.db.acquire() as conn:
         catalog = await state.registry.update_schema(conn, catalog, update)
         return await info(conn, catalog, counter, state.registry)
+
+
+@router.get("/{name}/settings", response_model=CatalogSettings)
+async def get_settings(name: str, request: Request, cred: Credential = Depends(credential)):
+    catalog, _ = await trusted_catalog(request, name, cred)
+    return catalog.settings
+
+
+@router.patch("/{name}/settings", response_model=CatalogSettings, responses=errors(400, 413))
+async def update_settings(name: str, body: dict, request: Request, cred: Credential = Depends(credential)):
+    """Change the settings the body names (CatalogSettings' fields; null resets one)."""
+    catalog, _ = await trusted_catalog(request, name, cred)
+    unknown = sorted(set(body) - set(CatalogSettings.model_fields))
+    if unknown:
+        raise BadRequest(f"unknown settings {unknown}; valid: {sorted(CatalogSettings.model_fields)}")
+    changes = {k: v for k, v in body.items() if v is not None}
+    resets = [k for k, v in body.items() if v is None]
+    async with request.app.state.db.acquire() as conn:
+        try:
+            updated = await request.app.state.registry.update_settings(conn, catalog, changes, tuple(resets))
+        except ValidationError as exc:
+            raise BadRequest("invalid settings", errors=[
+                {"loc": [str(p) for p in e["loc"]], "msg": e["msg"]} for e in exc.errors()[:20]]) from exc
+    return updated.settings
 
 
 @router.post("/{name}/clear", status_code=200)
@@ -123,8 +206,8 @@ async def missing_catalog_indexes(name: str, request: Request, cred: Credential 
 @router.delete("/{name}", status_code=204)
 async def drop_catalog(name: str, request: Request, cred: Credential = Depends(credential)):
     state = request.app.state
-    require_admin(identify(cred, None, state.settings.admin_token))
     async with state.db.acquire() as conn:
+        require_admin(await caller_anywhere(conn, request, cred, name))
         catalog, _ = await state.registry.get(conn, name)
         await state.registry.drop(conn, catalog)
     return Response(status_code=204)

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 import orjson
@@ -59,24 +60,36 @@ def limits_of(s: Settings) -> Limits:
                   relevance_generic_plan=s.relevance_generic_plan)
 
 
-def limits_for(request: Request) -> Limits:
+def public_limits_of(s: Settings) -> Limits:
+    """The limits of a caller without the service credential: the cost bounds on top."""
+    return replace(limits_of(s), max_text_terms=s.public_max_text_terms, max_globs=s.public_max_globs,
+                   max_glob_words=s.public_max_glob_words)
+
+
+def limits_for(request: Request, trusted: bool = True) -> Limits:
     state = request.app.state
-    lim = getattr(state, "limits", None)
+    name = "limits" if trusted else "public_limits"
+    lim = getattr(state, name, None)
     if lim is None:
-        lim = state.limits = limits_of(state.settings)
+        lim = (limits_of if trusted else public_limits_of)(state.settings)
+        setattr(state, name, lim)
     return lim
 
 
 def credential_of(headers: Mapping[str, str]) -> Credential:
     """The caller's credential, from the request headers alone."""
     bearer = None
+    malformed = False
     authorization = headers.get("authorization")
-    if authorization:
-        scheme, _, value = authorization.partition(" ")
+    if authorization is not None:
+        scheme, _, value = authorization.strip().partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             bearer = value.strip()
+        else:
+            malformed = True  # refused (auth.identify), never taken for Anonymous
     return Credential(bearer=bearer, principals_header=headers.get("x-catalog-principals"),
-                      unrestricted=(headers.get("x-catalog-unrestricted") or "").strip() in ("1", "true", "yes"))
+                      unrestricted=(headers.get("x-catalog-unrestricted") or "").strip() in ("1", "true", "yes"),
+                      malformed=malformed)
 
 
 async def credential(

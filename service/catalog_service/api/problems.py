@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from ..errors import CatalogError, DatabaseUnavailable, Unavailable
+from ..errors import CatalogError, DatabaseUnavailable
 from ..store.database import database_unavailable
 
 MEDIA_TYPE = "application/problem+json"
@@ -65,8 +65,7 @@ def _answer(request: Request, exc: CatalogError) -> Response:
     if exc.status >= 500:
         request.scope[ERROR] = exc
     response = problem(exc.status, exc.title, exc.detail, str(request.url.path), **exc.extra)
-    if isinstance(exc, Unavailable):
-        response.headers["Retry-After"] = str(exc.retry_after)
+    response.headers.update(exc.headers)  # WWW-Authenticate of a 401, Retry-After of a 503
     return response
 
 

@@ -1,26 +1,69 @@
-"""Searches: /catalogs/{id}/query for the connector, /search for frontends and other programs."""
+"""Searches: /catalogs/{id}/query for the connector (the public routes are in ``public/``)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
-import orjson
 from fastapi import APIRouter, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.routing import Route
 
 from catalog_schemas.api import SearchRequest, SearchResult
 
-from ..errors import BadRequest, Forbidden
+from ..errors import Forbidden, LimitExceeded, Unauthorized
 from ..metrics import QUERIES
 from ..planner.plan import SECURITY_INDEX, Limits
 from ..store.search import Answer, StaleSchema, search
 from .auth import Credential, identify, security_for
-from .deps import HEADERS, body_schema, credential_of, idempotent, limits_for, read_body
+from .deps import HEADERS, body_schema, credential_of, idempotent, limits_for, public_limits_of, read_body
 from .problems import CATALOG_ERRORS, errors
 
 router = APIRouter(tags=["search"], responses=errors(400, *CATALOG_ERRORS, 413))
+
+
+async def searched(conn, state, catalog, body: SearchRequest, cred: Credential, lim: Limits, runner=search,
+                   refreshed: bool = True):
+    """``runner``'s answer to ``body`` on ``catalog``, for the caller the credential names: its
+    security comes from the credential, and only the connector names principals or staged
+    batches. A caller without the service credential gets the public cost bounds (its text
+    queries' words and globs, ``CATALOG_PUBLIC_SEARCH_TIMEOUT``). Raises StaleSchema when the
+    catalog changed since it was loaded, and when a token the catalog does not know may be one
+    of a rotation newer than the catalog loaded (unless it was ``refreshed`` already)."""
+    try:
+        caller = identify(cred, catalog, state.settings.admin_token)
+    except Unauthorized:
+        if refreshed or cred.malformed:
+            raise
+        raise StaleSchema() from None  # the cached catalog may predate a rotation of its token
+    if caller.trusted:
+        return await runner(conn, catalog, body, security_for(caller, cred, body.show_inactive, datetime.now(UTC)),
+                            lim, counts=state.counts, facet_cache=state.facet_counts)
+    if SECURITY_INDEX in body.query:
+        raise Forbidden(f"{SECURITY_INDEX} is decided by the server, not by the query")
+    if body.batch_ids:
+        raise Forbidden("only the connector may see staged batches")
+    security = security_for(caller, cred, body.show_inactive, datetime.now(UTC))
+    bounded = public_limits(state)
+    timeout = state.settings.public_search_timeout
+    if timeout <= 0:
+        return await runner(conn, catalog, body, security, bounded, counts=state.counts, facet_cache=state.facet_counts)
+    try:
+        async with asyncio.timeout(timeout):
+            return await runner(conn, catalog, body, security, bounded, counts=state.counts,
+                                facet_cache=state.facet_counts)
+    except TimeoutError:
+        # asyncpg cancelled the statement on the server.
+        raise LimitExceeded(f"the search took longer than {timeout:g} s, the most for a search without the "
+                            f"service credential; narrow it") from None
+
+
+def public_limits(state) -> Limits:
+    """The limits of a caller without the service credential (api.deps.public_limits_of)."""
+    lim = getattr(state, "public_limits", None)
+    if lim is None:
+        lim = state.public_limits = public_limits_of(state.settings)
+    return lim
 
 
 async def _search_on(conn, request: Request, name: str, body: SearchRequest, cred: Credential,
@@ -31,15 +74,8 @@ async def _search_on(conn, request: Request, name: str, body: SearchRequest, cre
         catalog = await state.registry.current(conn, name, refresh=refresh)
         if not refresh:
             QUERIES.labels(name).inc()  # known catalogs only: made-up names make no series
-        caller = identify(cred, catalog, state.settings.admin_token)
-        if not caller.trusted:
-            if SECURITY_INDEX in body.query:
-                raise Forbidden(f"{SECURITY_INDEX} is decided by the server, not by the query")
-            if body.batch_ids:
-                raise Forbidden("only the connector may see staged batches")
-        security = security_for(caller, cred, body.show_inactive, datetime.now(UTC))
         try:
-            return await search(conn, catalog, body, security, lim, counts=state.counts)
+            return await searched(conn, state, catalog, body, cred, lim, refreshed=refresh)
         except StaleSchema:
             if refresh:
                 raise
@@ -76,43 +112,6 @@ async def query_catalog(name: str, request: Request):
     return await run_search(request, name, body)
 
 
-@router.post("/search", response_model=SearchResult, openapi_extra={**body_schema(SearchRequest), **HEADERS})
-@idempotent
-async def search_post(request: Request, catalog: str):
-    body = await read_body(request, SearchRequest)
-    return await run_search(request, catalog, body)
-
-
-@router.get("/search", response_model=SearchResult, openapi_extra=HEADERS)
-@idempotent
-async def search_get(request: Request, catalog: str):
-    """Query string form: ``q`` is a JSON ZCatalog query, or index=value pairs (repeat for lists)."""
-    params = request.query_params
-    query: dict = {}
-    if "q" in params:
-        try:
-            query = orjson.loads(params["q"])
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest("q must be a JSON object") from exc
-        if not isinstance(query, dict):
-            raise BadRequest("q must be a JSON object")
-    control = {"catalog", "q", "b_start", "b_size", "metadata"}
-    for key in params:
-        if key not in control:
-            values = params.getlist(key)
-            query[key] = values if len(values) > 1 else values[0]
-    try:
-        body = SearchRequest(
-            query=query,
-            b_start=int(params["b_start"]) if "b_start" in params else None,
-            b_size=int(params["b_size"]) if "b_size" in params else None,
-            metadata=params.getlist("metadata") or None,
-        )
-    except ValueError as exc:
-        raise BadRequest("b_start and b_size must be integers") from exc
-    return await run_search(request, catalog, body)
-
-
 # The search routes again, as plain Starlette routes that the application matches before FastAPI's
 # (app.py): FastAPI's own dispatch (its router layers, dependency solving for the parameters) was a
 # tenth of a folder listing's time in the service (0.2 ms of 1.9, measured in process). The
@@ -131,16 +130,4 @@ async def _query_catalog_route(request: Request) -> Response:
     return await query_catalog(request.path_params["name"], request)
 
 
-async def _search_route(request: Request) -> Response:
-    catalog = request.query_params.get("catalog")
-    if catalog is None:  # as FastAPI answers a missing required query parameter
-        raise RequestValidationError([{"type": "missing", "loc": ("query", "catalog"), "msg": "Field required",
-                                       "input": None}])
-    if request.method == "GET":
-        return await search_get(request, catalog)
-    return await search_post(request, catalog)
-
-
-FAST_ROUTES = [_PlainRoute("/catalogs/{name}/query", _query_catalog_route, methods=["POST"]),
-               _PlainRoute("/search", _search_route, methods=["GET", "POST"])]
-FAST_ROUTES[1].methods.discard("HEAD")  # Starlette adds it to GET; the API never answered HEAD
+FAST_ROUTES = [_PlainRoute("/catalogs/{name}/query", _query_catalog_route, methods=["POST"])]

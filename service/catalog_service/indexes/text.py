@@ -253,6 +253,11 @@ class ZCTextIndex(Index):
                 return "(" + " + ".join(self._score(c, ctx, env) for c in children) + ")"
         raise QueryError(f"unsupported text query node {node!r}")
 
+    def glob_words_sql(self, glob: Glob, ctx: QueryContext, limit: int) -> str:
+        """The committed lexicon words ``glob`` matches, at most ``limit``, as a text array (the
+        planner counts them against the cost bounds of a public search)."""
+        return self._glob_words(glob, ctx, limit=limit)
+
     def _glob_words(self, glob: Glob, ctx: QueryContext, limit: int | None = None, shown: str | None = None) -> str:
         """The lexicon words ``glob`` matches, as a text array. Over staged batches, the words of
         their shown rows (``shown`` if given, a subquery with a ``text`` column) too: ZCatalog's

@@ -17,6 +17,7 @@ from ..errors import LimitExceeded, QueryError
 from ..indexes import Index, IndexQuery, QueryContext, RowsOverlay
 from ..indexes.simple import DateRangeIndex
 from ..indexes.text import ZCTextIndex
+from ..text import And, Atom, Glob, Not, Or, Phrase, parse_query
 from .sql import Params, all_of
 
 # Query keys that are not index names (ZCatalog reads them from the same mapping).
@@ -50,6 +51,14 @@ class Limits:
     relevance_candidates: int = 100
     # That page's statement runs with a generic plan, kept per connection (store/search.py).
     relevance_generic_plan: bool = True
+    # Facet counts (planner/facets.py): facets per search, values listed per facet.
+    max_facets: int = 16
+    max_facet_values: int = 1000
+    # Cost bounds of the callers without the service credential (api.deps.limits_for), None for
+    # the others: words of a text query, its globs, the lexicon words one glob may match.
+    max_text_terms: int | None = None
+    max_globs: int | None = None
+    max_glob_words: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,10 @@ class SearchPlan:
     plain_below: int = 0
     precheck_sql: str = ""
     precheck_params: list[Any] = field(default_factory=list)
+    # With Limits.max_glob_words: a statement answering the most lexicon words one of the query's
+    # globs matches (counted up to one past the limit), run before the search.
+    expansion_sql: str = ""
+    expansion_params: list[Any] = field(default_factory=list)
     # A sorted query paged by sort_limit alone from a b_start: ZCatalog keeps only the first
     # ``sort_limit_stop`` results, then starts at b_start, unless b_start lies past half of the
     # total (then it sorts in reverse and gives sort_limit results from b_start). The page's SQL
@@ -176,6 +189,62 @@ def _check_sizes(value: Any, limits: Limits, where: str, depth: int = 0) -> None
         raise LimitExceeded(f"{where}: a value of {len(value)} characters, at most {limits.max_text_length} allowed")
 
 
+def _text_terms(node) -> tuple[int, list[Glob]]:
+    """The words of a parsed text query (a phrase's each), and its globs."""
+    match node:
+        case Atom():
+            return 1, []
+        case Phrase(words):
+            return len(words), []
+        case Glob():
+            return 1, [node]
+        case Not(child):
+            return _text_terms(child)
+        case And(children) | Or(children):
+            words, globs = 0, []
+            for child in children:
+                n, g = _text_terms(child)
+                words, globs = words + n, globs + g
+            return words, globs
+    raise TypeError(f"not a text query node: {node!r}")
+
+
+def _text_cost(query: dict, schema: CatalogSchema, names: list[str], limits: Limits, source: str
+               ) -> tuple[str, list[Any]]:
+    """Refuse text queries past the cost bounds of ``limits`` (LimitExceeded, 422), and return the
+    statement that counts the globs' expansions (``SearchPlan.expansion_sql``), if any."""
+    if limits.max_text_terms is None and limits.max_globs is None and limits.max_glob_words is None:
+        return "", []
+    expansions = []
+    params = Params()
+    ctx = QueryContext(params=params, catalog_id=schema.catalog_id, table=source)
+    for name in names:
+        index = schema.indexes[name]
+        if not isinstance(index, ZCTextIndex):
+            continue
+        keys = parse_index_query(query, index).keys
+        text = " ".join(k for k in keys if isinstance(k, str))
+        try:
+            tree = parse_query(text) if text else None
+        except QueryError:
+            continue  # refused as ZCatalog refuses it, by the index's condition
+        if tree is None:
+            continue
+        words, globs = _text_terms(tree)
+        if limits.max_text_terms is not None and words > limits.max_text_terms:
+            raise LimitExceeded(f"{name}: {words} words, at most {limits.max_text_terms} in a search without the "
+                                f"service credential")
+        if limits.max_globs is not None and len(globs) > limits.max_globs:
+            raise LimitExceeded(f"{name}: {len(globs)} words with '*' or '?', at most {limits.max_globs} in a "
+                                f"search without the service credential")
+        if limits.max_glob_words is not None:
+            expansions += [f"cardinality({index.glob_words_sql(g, ctx, limits.max_glob_words + 1)})"
+                           for g in dict.fromkeys(globs)]
+    if not expansions:
+        return "", []
+    return f"select greatest({', '.join(expansions)})", list(params.values)
+
+
 def _sort_spec(query: dict, schema: CatalogSchema) -> list[tuple[Index, bool]]:
     names = query.get("sort-on", query.get("sort_on"))
     if names is None:
@@ -205,21 +274,28 @@ def application_order(names: list[str], schema: CatalogSchema) -> list[str]:
     return sorted(names, key=lambda n: (not isinstance(schema.indexes[n], ZCTextIndex), n))
 
 
-def plan_search(
-    query: dict[str, Any],
-    schema: CatalogSchema,
-    limits: Limits,
-    security: Security,
-    batch_ids: list[str] | tuple[str, ...] = (),
-    metadata: list[str] | None = None,
-    b_start: int | None = None,
-    b_size: int | None = None,
-) -> SearchPlan:
-    if not isinstance(query, dict):
-        raise QueryError("a query is a mapping of index names to values")
-    params = Params()
-    overlay = rows_overlay(schema, batch_ids, params)
-    source = overlay.source
+@dataclass
+class Selection:
+    """The conditions a query selects its rows by, in ZCatalog's order of application."""
+
+    conditions: list[str]
+    ctx: QueryContext
+    source: str
+    index_names: list[str]
+    ignored: list[str]
+    applied: list[str]
+    text_conditions: dict[str, str]
+    score_factor: int = 1
+    score_offset: int = 0
+    # An invalid index part that ZCatalog reports only if the indexes before it found something:
+    # ``probe`` is the SQL test of that, which uses the first ``probe_params`` parameters.
+    deferred_error: QueryError | None = None
+    probe: str = ""
+    probe_params: int = 0
+
+
+def queried_indexes(query: dict[str, Any], schema: CatalogSchema, limits: Limits) -> tuple[list[str], list[str]]:
+    """The index names of ``query`` (sizes checked) and its keys that name no index."""
     index_names = []
     ignored = []
     for key, value in query.items():
@@ -232,7 +308,26 @@ def plan_search(
             ignored.append(key)
     if len(index_names) > limits.max_query_terms:
         raise LimitExceeded(f"{len(index_names)} indexes queried, at most {limits.max_query_terms}")
-    sort = _sort_spec(query, schema)  # ZCatalog reads sort_on and sort_order first (searchResults)
+    return index_names, ignored
+
+
+def select_rows(
+    query: dict[str, Any],
+    schema: CatalogSchema,
+    limits: Limits,
+    security: Security,
+    params: Params,
+    overlay: RowsOverlay,
+    batch_ids: list[str] | tuple[str, ...] = (),
+    also_applied: tuple[str, ...] = (),
+    queried: tuple[list[str], list[str]] | None = None,
+) -> Selection:
+    """The conditions of ``query`` over ``overlay.source`` with the caller's security, their
+    values added to ``params``. ``also_applied`` names indexes that count as applied (ZCatalog's
+    order of application and its "first index" rules see them) without adding a condition: a
+    facet's own index, whose values the facet groups by (planner/facets.py)."""
+    source = overlay.source
+    index_names, ignored = queried if queried is not None else queried_indexes(query, schema, limits)
     for key, value in query.items():
         # Catalog.make_query sorts every list in the query, whatever its key: mixed types raise.
         if isinstance(value, list | tuple):
@@ -242,7 +337,7 @@ def plan_search(
                 raise QueryError(f"{key}: the values of a list must be comparable (ZCatalog sorts "
                                  f"them): {value!r}") from exc
 
-    applied = list(index_names)
+    applied = list(index_names) + [n for n in also_applied if n not in index_names]
     if security.principals is not None and SECURITY_INDEX not in applied:
         applied.append(SECURITY_INDEX)
     effective = schema.indexes.get(EFFECTIVE_INDEX)
@@ -269,8 +364,8 @@ def plan_search(
     ctx = QueryContext(params=params, catalog_id=schema.catalog_id, table=source,
                        applied=application_order([n for n in applied if n in schema.indexes], schema),
                        visible=visible, overlay=overlay if batch_ids else None)
-
-    text_conditions: dict[str, str] = {}
+    selection = Selection(conditions=[], ctx=ctx, source=source, index_names=index_names, ignored=ignored,
+                          applied=applied, text_conditions={})
 
     def conditions_of(name: str) -> list[str]:
         found = []
@@ -282,7 +377,7 @@ def plan_search(
             else:
                 found.append(index.condition(iq, ctx))
                 if isinstance(index, ZCTextIndex):
-                    text_conditions[name] = found[-1]
+                    selection.text_conditions[name] = found[-1]
         if name == SECURITY_INDEX and principals_p is not None:
             found.append(principals_on("o"))
         if name == EFFECTIVE_INDEX and effective_p is not None:
@@ -291,13 +386,12 @@ def plan_search(
 
     # In ZCatalog's order: an index whose query is invalid raises only if the indexes applied
     # before it left some result (Catalog.search stops at the first empty one).
-    conditions: list[str] = []
+    conditions = selection.conditions
     order = ctx.applied + [n for n in (SECURITY_INDEX, EFFECTIVE_INDEX) if n not in ctx.applied]
     # Catalog.search intersects each index's answer with the result so far, text indexes first:
     # weightedIntersection adds their scores, and adds 1 for an index answering a set (its
     # members weigh 1); a DateRangeIndex answers the result so far minus what it excludes, scores
     # kept, so the sum doubles them.
-    score_factor, score_offset = 1, 0
     for name in order:
         used = len(params.values)
         try:
@@ -305,19 +399,49 @@ def plan_search(
             conditions.extend(found)
             index = schema.indexes.get(name)
             if found and isinstance(index, DateRangeIndex):
-                score_factor, score_offset = 2 * score_factor, 2 * score_offset
+                selection.score_factor, selection.score_offset = 2 * selection.score_factor, 2 * selection.score_offset
             elif found and not isinstance(index, ZCTextIndex):
-                score_offset += 1
+                selection.score_offset += 1
         except QueryError as exc:
             if not conditions:
                 raise
             # Only the parameters of the conditions before this one (it may have added some). The
             # caller's security applies whatever the order: ZCatalog would probe invisible objects.
             probe = conditions + [c for c in visible("o") if c not in conditions]
-            return SearchPlan(sql="", params=[], count_sql="", b_start=0, b_size=None,
-                              deferred_error=exc,
-                              precheck_sql=f"select exists (select 1 from {source} o where {all_of(probe)})",
-                              precheck_params=list(params.values[:used]))
+            selection.deferred_error = exc
+            selection.probe = f"select exists (select 1 from {source} o where {all_of(probe)})"
+            selection.probe_params = used
+            return selection
+    return selection
+
+
+def plan_search(
+    query: dict[str, Any],
+    schema: CatalogSchema,
+    limits: Limits,
+    security: Security,
+    batch_ids: list[str] | tuple[str, ...] = (),
+    metadata: list[str] | None = None,
+    b_start: int | None = None,
+    b_size: int | None = None,
+) -> SearchPlan:
+    if not isinstance(query, dict):
+        raise QueryError("a query is a mapping of index names to values")
+    params = Params()
+    overlay = rows_overlay(schema, batch_ids, params)
+    source = overlay.source
+    queried = queried_indexes(query, schema, limits)
+    expansion_sql, expansion_params = _text_cost(query, schema, queried[0], limits, source)
+    sort = _sort_spec(query, schema)  # ZCatalog reads sort_on and sort_order first (searchResults)
+    selection = select_rows(query, schema, limits, security, params, overlay, batch_ids, queried=queried)
+    if selection.deferred_error is not None:
+        return SearchPlan(sql="", params=[], count_sql="", b_start=0, b_size=None,
+                          deferred_error=selection.deferred_error, precheck_sql=selection.probe,
+                          precheck_params=list(params.values[:selection.probe_params]),
+                          expansion_sql=expansion_sql, expansion_params=expansion_params)
+    ctx, conditions, index_names = selection.ctx, selection.conditions, selection.index_names
+    text_conditions, applied, ignored = selection.text_conditions, selection.applied, selection.ignored
+    score_factor, score_offset = selection.score_factor, selection.score_offset
 
     order_terms = []
     for index, desc in sort:
@@ -393,7 +517,8 @@ def plan_search(
                       b_start=start, b_size=size, empty=not applied, ignored=ignored,
                       plain_sql=plain_sql, plain_below=plain_below,
                       sort_limit_stop=sort_limit_stop if start else None,
-                      score_factor=score_factor, score_offset=score_offset)
+                      score_factor=score_factor, score_offset=score_offset,
+                      expansion_sql=expansion_sql, expansion_params=expansion_params)
 
 
 def _from_best_cells(sql: str, cells, where: str, source: str, meta_sql: str, score_sql: str,

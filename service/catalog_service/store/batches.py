@@ -29,7 +29,7 @@ from ..indexes.base import check_key_size
 from ..indexes.path import ExtendedPathIndex, components, normalise, parent_of
 from ..indexes.text import CELLS_SUFFIX
 from ..text.cells import cell_labels
-from .catalogs import TEXT_TABLES, Catalog, lock_writes, secondary_indexes
+from .catalogs import ANALYZE_TEXT, TEXT_TABLES, Catalog, lock_writes, secondary_indexes
 
 log = logging.getLogger("catalog_service")
 
@@ -596,6 +596,7 @@ async def _bulk_build(conn: asyncpg.Connection, catalog: Catalog, statements: li
     for statement in statements:
         await conn.execute(statement)
     await conn.execute(f"analyze {catalog.table}")
+    await conn.execute(ANALYZE_TEXT)
     log.info("catalog %s: %d indexes built again after a bulk commit in %.1f s", catalog.name, len(statements),
              time.monotonic() - began)
 

@@ -22,8 +22,11 @@ import orjson
 
 from catalog_schemas.api import SearchRequest
 
+from ..errors import LimitExceeded
 from ..metrics import COUNT_CACHE
-from ..planner.plan import UNRESTRICTED, Limits, Security, plan_search
+from ..planner.facets import FacetPlan, facet_counts, parse_facets, plan_facets
+from ..planner.plan import UNRESTRICTED, Limits, SearchPlan, Security, plan_search
+from ..planner.sql import Params
 from .catalogs import Catalog
 
 
@@ -31,6 +34,8 @@ from .catalogs import Catalog
 class Answer:
     body: bytes
     complete: bool
+    # (catalog id, counter, schema revision) the answer was read at: HTTP caching's ETag.
+    state: tuple = ()
 
 
 class CountCache:
@@ -45,8 +50,9 @@ class CountCache:
     key. Queries over staged batches are never cached (staging changes no counter).
     """
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, metric=COUNT_CACHE):
         self.size = size
+        self.metric = metric
         self.hits = 0
         self.misses = 0
         self.joined = 0
@@ -106,7 +112,7 @@ class CountCache:
             self.hits += 1
         else:
             self.misses += 1
-        COUNT_CACHE.labels("hit" if hit else "miss").inc()
+        self.metric.labels("hit" if hit else "miss").inc()
 
 
 _PARAM = re.compile(r"\$(\d+)")
@@ -264,18 +270,107 @@ async def _page_and_total(conn, catalog: Catalog, plan, request: SearchRequest, 
     return [r for r in rows if r["rid"] is not None], head
 
 
+async def _page_and_facets(conn, catalog: Catalog, plan: SearchPlan, request: SearchRequest, limits: Limits,
+                           cache: CountCache | None, facets_planned) -> tuple[list, dict, dict]:
+    """The page's rows, the head row and the facet counts (with the result's total), from one
+    snapshot (docs/decisions/0019).
+
+    ``facets_planned(params)`` plans the facet statement, its parameters after ``params``'s. With a
+    cache, as for totals (decision 0006): the page alone first, then the counts of the same
+    (counter, schema revision) from the cache, or from a facet statement whose own snapshot shows
+    that state; otherwise page and counts run as one statement."""
+    alone: FacetPlan = facets_planned(None)
+    key = None
+    if cache is not None and cache.size > 0 and not request.batch_ids:
+        key = (catalog.id, alone.sql, repr(alone.params))
+    params = [catalog.id]
+    batch_state = _batch_column(request, params)
+    if key is not None:
+        known = cache.get(key)
+        if plan.empty:
+            rows = await _fetch(conn, f"select c.counter, c.schema_rev, {batch_state} as batch_state, "
+                                      f"null::bigint as rid from catalog c where c.id = $1::integer", params)
+        else:
+            if plan.plain_sql and known is not None and known[2]["total"] < plan.plain_below:
+                plan = replace(plan, sql=plan.plain_sql, params=_leading_params(plan.plain_sql, plan.params))
+            from_cells = limits.relevance_generic_plan and bool(plan.plain_sql) and plan.sql is not plan.plain_sql
+            page_params = list(plan.params) + [catalog.id]
+            batch_state = _batch_column(request, page_params)
+            rows = await _fetch(conn, f"select c.counter, c.schema_rev, {batch_state} as batch_state, r.* "
+                                      f"from catalog c left join (select q.*, row_number() over () as n "
+                                      f"from ({plan.sql}) q) r on true where c.id = ${len(plan.params) + 1}::integer "
+                                      f"order by r.n", page_params, generic_plan=from_cells)
+        head = dict(_head(rows, catalog))
+        rows = rows if head["rid"] is not None else []
+        state = (head["counter"], head["schema_rev"])
+        found = None
+        if known is not None and known[:2] == state:
+            found = known[2]
+            cache.record(hit=True)
+        else:
+            count_params = list(alone.params) + [catalog.id]
+
+            async def run_facets():
+                counted = _head(await _fetch(conn, f"select c.counter, c.schema_rev, ({alone.sql}) as facets "
+                                                   f"from catalog c where c.id = ${len(count_params)}::integer",
+                                             count_params), catalog)
+                return counted["counter"], counted["schema_rev"], orjson.loads(counted["facets"])
+
+            found = await cache.count(key, state, run_facets)
+        if found is not None:
+            return rows, head, found
+    # Page and facets in one statement, one snapshot. The page of a relevance query comes in its
+    # plain form here: the score cells' form wants a generic plan, the counts a custom one.
+    if plan.plain_sql:
+        plan = replace(plan, sql=plan.plain_sql, params=_leading_params(plan.plain_sql, plan.params))
+    seeded = Params()
+    if not plan.empty:
+        seeded.values = list(plan.params)
+    both = facets_planned(seeded)
+    params = list(both.params) + [catalog.id]
+    cat = f"${len(params)}::integer"
+    batch_state = _batch_column(request, params)
+    head_sql = f"select c.counter, c.schema_rev, {batch_state} as batch_state, ({both.sql}) as facets"
+    if plan.empty:
+        rows = await _fetch(conn, f"{head_sql}, null::bigint as rid from catalog c where c.id = {cat}", params)
+    else:
+        rows = await _fetch(conn, f"with page as materialized (select q.*, row_number() over () as n "
+                                  f"from ({plan.sql}) q) {head_sql}, r.* from catalog c left join page r on true "
+                                  f"where c.id = {cat} order by r.n", params)
+    head = dict(_head(rows, catalog))
+    found = orjson.loads(head["facets"])
+    if key is not None:
+        cache.record(hit=False)
+        cache.put(key, head["counter"], head["schema_rev"], found)
+    return [r for r in rows if r["rid"] is not None], head, found
+
+
 class StaleSchema(Exception):
     """The catalog changed (schema revision, or dropped and recreated) since it was cached."""
 
 
-async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest,
-                 security: Security, limits: Limits, counts: CountCache | None = None) -> Answer:
+async def _execute(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest, security: Security,
+                   limits: Limits, counts: CountCache | None, facet_cache: CountCache | None):
+    """(plan, the page's rows, head row: counter, schema revision, batch state, total; the facet
+    counts as facet_counts gives them, or None when none were asked)."""
+    facets = parse_facets(request.facets, catalog.schema, limits) if request.facets else []
+    nothing = False
     plan = plan_search(
         request.query, catalog.schema, limits, security,
         batch_ids=request.batch_ids,
         metadata=None if request.metadata in (None, "*") else list(request.metadata),
         b_start=request.b_start, b_size=request.b_size,
     )
+    if plan.expansion_sql:
+        # A public search's globs, each counted up to one past the limit: the search itself would
+        # read every word's documents (and score them).
+        try:
+            words = await conn.fetchval(plan.expansion_sql, *plan.expansion_params)
+        except asyncpg.UndefinedTableError as exc:
+            raise StaleSchema() from exc
+        if words is not None and words > limits.max_glob_words:
+            raise LimitExceeded(f"a word with '*' or '?' matches more than {limits.max_glob_words} words of the "
+                                f"lexicon, the most in a search without the service credential; make it longer")
     if plan.deferred_error is not None:
         try:
             found = await conn.fetchval(plan.precheck_sql, *plan.precheck_params)
@@ -284,7 +379,18 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
         if found:
             raise plan.deferred_error
         plan = plan_search({}, catalog.schema, limits, UNRESTRICTED)  # nothing: an empty answer
-    if plan.empty:
+        nothing = True
+    counted = None
+    if facets:
+        def facets_planned(params):
+            return plan_facets(request.query, catalog.schema, limits, security, facets,
+                               batch_ids=request.batch_ids, params=params, nothing=nothing)
+
+        rows, head, counted = await _page_and_facets(conn, catalog, plan, request, limits, facet_cache,
+                                                     facets_planned)
+        head["total"] = 0 if plan.empty else counted["total"]
+        rows = plan.first_half_page(rows, head["total"])
+    elif plan.empty:
         params = [catalog.id]
         batch_state = _batch_column(request, params)
         rows = await _fetch(conn, f"select c.counter, c.schema_rev, {batch_state} as batch_state, "
@@ -294,7 +400,14 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
     else:
         rows, head = await _page_and_total(conn, catalog, plan, request, limits, counts)
         rows = plan.first_half_page(rows, head["total"])
-    hits = [r for r in rows if r["rid"] is not None]
+    facet_result = facet_counts(facets, counted["counts"]) if facets else None
+    return plan, [r for r in rows if r["rid"] is not None], head, facet_result
+
+
+async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest,
+                 security: Security, limits: Limits, counts: CountCache | None = None,
+                 facet_cache: CountCache | None = None) -> Answer:
+    plan, hits, head, facet_result = await _execute(conn, catalog, request, security, limits, counts, facet_cache)
     complete = request.after_batch is None or head["batch_state"] == "committed"
     items = [
         {"rid": r["rid"], "uid": r["uid"], "path": r["path"],
@@ -302,12 +415,51 @@ async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequ
          "metadata": orjson.Fragment(r["meta"])}
         for r in hits
     ]
-    body = orjson.dumps({
+    answer = {
         "items_total": head["total"],
         "b_start": plan.b_start,
         "b_size": plan.b_size,
         "items": items,
         "counter": head["counter"],
         "complete": complete,
-    })
-    return Answer(body=body, complete=complete)
+    }
+    if facet_result is not None:
+        answer["facets"] = facet_result
+    body = orjson.dumps(answer)
+    return Answer(body=body, complete=complete, state=(catalog.id, head["counter"], head["schema_rev"]))
+
+
+@dataclass
+class Brain:
+    uid: str
+    path: str
+    score: int | None
+    metadata: dict
+
+
+@dataclass
+class Page:
+    """A search's page as Python values, for the public routes to shape (store.search.search
+    serializes the connector's answer without parsing the metadata)."""
+
+    brains: list[Brain]
+    total: int
+    b_start: int
+    b_size: int | None
+    counter: int
+    complete: bool
+    facets: dict | None = None
+    # (catalog id, counter, schema revision) the page was read at: what an ETag is made of.
+    state: tuple | None = None
+
+
+async def search_page(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest,
+                      security: Security, limits: Limits, counts: CountCache | None = None,
+                      facet_cache: CountCache | None = None) -> Page:
+    plan, hits, head, facet_result = await _execute(conn, catalog, request, security, limits, counts, facet_cache)
+    complete = request.after_batch is None or head["batch_state"] == "committed"
+    brains = [Brain(uid=r["uid"], path=r["path"], score=plan.zcatalog_score(r["score"]),
+                    metadata=orjson.loads(r["meta"])) for r in hits]
+    return Page(brains=brains, total=head["total"], b_start=plan.b_start, b_size=plan.b_size,
+                counter=head["counter"], complete=complete, facets=facet_result,
+                state=(catalog.id, head["counter"], head["schema_rev"]))

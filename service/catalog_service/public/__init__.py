@@ -1,0 +1,1 @@
+"""The public routes (``/search``, ``/{catalog}/@search``): one response contract for frontends."""
