@@ -255,3 +255,9 @@ def test_fuzzed_batches_never_500(service, name, bad):
     assert response.status_code < 500, (body, response.text)
     if field == "clear" and response.status_code == 200:
         raise AssertionError(f"clear {literal} was taken as a boolean")
+
+
+@pytest.mark.parametrize("params", [{"b_start": "-1"}, {"b_size": "-1"}, {"metadata": "a\x00"}])
+def test_public_get_search_parameters_the_model_refuses_are_4xx(service, name, params):
+    """Found by schemathesis (test_openapi_fuzz.py): GET /search?b_start=-1 answered 500."""
+    assert_problem(get(service, "/search", params={"catalog": name, **params}))

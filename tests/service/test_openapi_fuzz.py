@@ -69,9 +69,10 @@ def _ensure(service, name: str) -> None:
 
 
 def _call(case, service, catalog, token: str | None) -> None:
-    if "name" in (case.path_parameters or {}):
-        _ensure(service, catalog)
-        case.path_parameters["name"] = catalog
+    for parameter in ("name", "catalog"):
+        if parameter in (case.path_parameters or {}):
+            _ensure(service, catalog)
+            case.path_parameters[parameter] = catalog
     if case.query and "catalog" in case.query:
         case.query["catalog"] = catalog
     headers = dict(case.headers or {})

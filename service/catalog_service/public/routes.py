@@ -13,6 +13,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
@@ -147,13 +148,16 @@ async def search_get(request: Request, catalog: str):
         if not isinstance(query, dict):
             raise BadRequest("q must be a JSON object", parameter="q")
     query.update(unflatten(parse_form([(k, v) for k, v in pairs if k.split(":")[0] not in SEARCH_CONTROLS])))
-    body = SearchRequest(
-        query=query,
-        b_start=integer(params["b_start"], "b_start") if "b_start" in params else None,
-        b_size=integer(params["b_size"], "b_size") if "b_size" in params else None,
-        metadata=params.getlist("metadata") or None,
-        facets=_facets_of(params) or [],
-    )
+    try:
+        body = SearchRequest(
+            query=query,
+            b_start=integer(params["b_start"], "b_start") if "b_start" in params else None,
+            b_size=integer(params["b_size"], "b_size") if "b_size" in params else None,
+            metadata=params.getlist("metadata") or None,
+            facets=_facets_of(params) or [],
+        )
+    except ValidationError as exc:  # a negative b_start, a NUL in a metadata name: 422, as a body's
+        raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in exc.errors()]) from exc
     if (body.b_start or 0) < 0:
         raise InvalidParameter("b_start must not be negative", parameter="b_start")
     return await conditional_search(request, catalog, lambda: _public_search(request, catalog, body))
