@@ -3,7 +3,7 @@ operation and sends them to the running service (a uvicorn process on a real Pos
 anonymously and with the admin token. No answer may be a 5xx, and every answer must be one the
 document lists for its operation, of its media type and schema (errors included: problem details).
 
-Bounded: ``OPENAPI_FUZZ_EXAMPLES`` examples per operation and credential (default 10), about two
+Bounded: ``OPENAPI_FUZZ_EXAMPLES`` examples per operation and credential (default 6), about three
 minutes in all on two cores.
 """
 
@@ -25,7 +25,7 @@ from schemathesis.checks import (
 from tests.service.test_api import entry
 from tests.service.test_review_support import commit_batch, drained_service, new_catalog
 
-EXAMPLES = int(os.environ.get("OPENAPI_FUZZ_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("OPENAPI_FUZZ_EXAMPLES", "6"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 
