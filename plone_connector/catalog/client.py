@@ -2,8 +2,10 @@
 
 Only idempotent calls are retried: queries, reads, staging (the same batch id replaces the staged
 batch), appending to a staged batch (an entry replaces the staged one of its uid), commit and abort
-(both idempotent by contract). Creating a catalog is not retried. The timeout bounds a whole call,
-retries included: a page waits at most that long for one request.
+(both idempotent by contract). Creating a catalog is not retried. They are retried on connection
+errors and on 502, 503 (the service's answer while its database is away) and 504, with pauses
+that grow to a second, until the call's timeout is spent (or ``retries`` attempts, if set). The
+timeout bounds a whole call, retries included: a page waits at most that long for one request.
 
 Some requests are sent in the background (``in_background``: staging while the ZODB storages store
 and vote), by one thread per process in the order they were handed over. Every other request
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -138,13 +141,17 @@ class CatalogClient:
         if body is not None:
             content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
             send_headers["Content-Type"] = "application/json"
-        attempts = max(1, self.settings.retries) if idempotent else 1
+        if not idempotent:
+            attempts = 1
+        else:
+            attempts = self.settings.retries if self.settings.retries > 0 else sys.maxsize
         timeout = self.settings.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         last_error: Exception | None = None
+        retry_after: float | None = None
         for attempt in range(attempts):
             if attempt:
-                pause = min(0.05 * 2**attempt, 1.0)
+                pause = _pause(attempt, retry_after)
                 if time.monotonic() + pause >= deadline:
                     break
                 time.sleep(pause)
@@ -159,11 +166,15 @@ class CatalogClient:
                     timeout=httpx.Timeout(remaining, connect=min(self.settings.connect_timeout, remaining)),
                 )
             except httpx.TransportError as exc:
-                last_error = exc
+                last_error, retry_after = exc, None
                 logger.warning("catalog service %s %s failed (%s), attempt %d", method, path, exc, attempt + 1)
                 continue
             if response.status_code in _RETRY_STATUS:
                 last_error = _problem(response, method, path)
+                retry_after = _retry_after(response)
+                if attempts > 1:
+                    logger.info("catalog service %s %s answered %d, attempt %d", method, path,
+                                response.status_code, attempt + 1)
                 continue
             if response.status_code >= 400:
                 raise _problem(response, method, path)
@@ -300,6 +311,28 @@ class CatalogClient:
             if exc.status == 404:
                 return None
             raise
+
+
+# Pauses between attempts: doubling from 0.1 s, at most MAX_PAUSE, or what the service's
+# Retry-After asks (the service sends 1 s while its database is away), at most MAX_PAUSE as well:
+# a page or a commit waits for the database within the call's timeout, and goes on soon after
+# the database is back.
+FIRST_PAUSE = 0.1
+MAX_PAUSE = 1.0
+
+
+def _pause(attempt: int, retry_after: float | None) -> float:
+    backoff = min(FIRST_PAUSE * 2 ** (attempt - 1), MAX_PAUSE)
+    return backoff if retry_after is None else min(max(backoff, retry_after), MAX_PAUSE)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The answer's Retry-After in seconds (the delay form; a date is taken as no hint)."""
+    value = response.headers.get("retry-after", "").strip()
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
 
 
 def _problem(response: httpx.Response, method: str, path: str) -> CatalogServiceError:

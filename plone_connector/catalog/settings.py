@@ -14,8 +14,9 @@ class ConnectorSettings:
     # before the error page is shown.
     timeout: float = 10.0
     connect_timeout: float = 2.0
-    # Attempts for idempotent calls (queries, stage, commit, abort) on connection errors and 5xx.
-    retries: int = 3
+    # Attempts for idempotent calls (queries, stage, commit, abort) on connection errors and
+    # 502/503/504, within the timeout; 0: as many as the timeout allows (pauses grow to 1 s).
+    retries: int = 0
     pool_size: int = 20
     # Rows per page of a lazy result; slicing past it fetches the next page.
     page_size: int = 100
@@ -40,7 +41,7 @@ class ConnectorSettings:
             token=env.get("CATALOG_SERVICE_TOKEN", ""),
             timeout=float(env.get("CATALOG_SERVICE_TIMEOUT", "10")),
             connect_timeout=float(env.get("CATALOG_SERVICE_CONNECT_TIMEOUT", "2")),
-            retries=int(env.get("CATALOG_SERVICE_RETRIES", "3")),
+            retries=int(env.get("CATALOG_SERVICE_RETRIES", "0")),
             pool_size=int(env.get("CATALOG_SERVICE_POOL_SIZE", "20")),
             page_size=int(env.get("CATALOG_SERVICE_PAGE_SIZE", "100")),
             cache_size=int(env.get("CATALOG_SERVICE_CACHE_SIZE", "2000")),

@@ -8,10 +8,10 @@ as the matching ZCatalog index would.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 INDEX_TYPES = (
     "FieldIndex",
@@ -47,6 +47,14 @@ ValueType = Literal["text", "number", "boolean", "datetime"]
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
 CATALOG_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
+# Strings that PostgreSQL keeps as text or jsonb, which hold no NUL character: refused (422),
+# never stored changed.
+NO_NUL_PATTERN = r"^[^\x00]*$"
+Text = Annotated[str, Field(pattern=NO_NUL_PATTERN)]
+# Versions are PostgreSQL bigints.
+BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+Version = Annotated[int, Field(ge=BIGINT_MIN, le=BIGINT_MAX)]
+
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -59,18 +67,18 @@ class IndexDeclaration(Model):
     type: IndexType
     # catalog.xml <indexed_attr value="..."/>; defaults to the index name. Only informative for the
     # service: the client extracts the values.
-    indexed_attrs: list[str] = Field(default_factory=list, max_length=16)
+    indexed_attrs: list[Text] = Field(default_factory=list, max_length=16)
     # DateRangeIndex: <property name="since_field"/> and until_field.
-    since_field: str | None = None
-    until_field: str | None = None
+    since_field: Text | None = None
+    until_field: Text | None = None
     # DateIndex: index_naive_time_as_local (ZCatalog default True).
-    index_naive_time_as_local: bool = True
+    index_naive_time_as_local: StrictBool = True
     # DateRangeIndex: treat an open end as the far past/future ("floor"/"ceiling" values).
     precision_value: int | None = None
     # ZCTextIndex: the lexicon's id is informative (the connector refuses a lexicon whose pipeline
     # is not Plone's, the only one the service reproduces). Only Okapi BM25 is scored as ZCatalog
     # scores it; a "Cosine Measure" index would order relevance differently, so it is refused.
-    lexicon_id: str | None = None
+    lexicon_id: Text | None = None
     index_type: Literal["Okapi BM25 Rank"] = "Okapi BM25 Rank"
     # Field/Keyword: how ranges and sorts compare values.
     value_type: ValueType = "text"
@@ -105,9 +113,9 @@ class CatalogSettings(Model):
 
 class CatalogCreate(Model):
     id: str = Field(pattern=CATALOG_ID_PATTERN)
-    title: str = Field(default="", max_length=500)
+    title: Text = Field(default="", max_length=500)
     indexes: list[IndexDeclaration] = Field(default_factory=list, max_length=500)
-    metadata: list[str] = Field(default_factory=list, max_length=500)
+    metadata: list[Text] = Field(default_factory=list, max_length=500)
     settings: CatalogSettings = Field(default_factory=CatalogSettings)
 
 
@@ -119,15 +127,15 @@ class SchemaUpdate(Model):
     removal is harmless); its leftovers, if any, are dropped all the same."""
 
     indexes: list[IndexDeclaration] = Field(default_factory=list, max_length=500)
-    metadata: list[str] = Field(default_factory=list, max_length=500)
-    remove_indexes: list[str] = Field(default_factory=list, max_length=500)
-    remove_metadata: list[str] = Field(default_factory=list, max_length=500)
+    metadata: list[Text] = Field(default_factory=list, max_length=500)
+    remove_indexes: list[Text] = Field(default_factory=list, max_length=500)
+    remove_metadata: list[Text] = Field(default_factory=list, max_length=500)
     # Apply only what loses no data, for a transaction that has not committed yet (the connector
     # sends it before the vote, so that its staged entries validate, and the whole update once
     # ZODB has committed): add the indexes and columns the catalog lacks, and replace the
     # declaration of an index that holds no values; the removals, and the changed declarations of
     # indexes that hold values, are left out.
-    only_add: bool = False
+    only_add: StrictBool = False
 
 
 class CatalogInfo(Model):
@@ -149,33 +157,34 @@ class IndexEntry(Model):
     """
 
     op: Literal["index"] = "index"
-    uid: str = Field(min_length=1, max_length=200)
-    path: str = Field(min_length=1, max_length=4000)
-    values: dict[str, Any] = Field(default_factory=dict)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    idxs: list[str] | None = None
+    uid: Text = Field(min_length=1, max_length=200)
+    path: Text = Field(min_length=1, max_length=4000)
+    values: dict[Text, Any] = Field(default_factory=dict)
+    metadata: dict[Text, Any] = Field(default_factory=dict)
+    idxs: list[Text] | None = None
     # Per-object version (e.g. the ZODB tid of the change): an older write never replaces a newer one.
-    version: int = 0
+    version: Version = 0
 
 
 class UnindexEntry(Model):
     op: Literal["unindex"]
-    uid: str = Field(min_length=1, max_length=200)
-    version: int = 0
+    uid: Text = Field(min_length=1, max_length=200)
+    version: Version = 0
 
 
 class Batch(Model):
     """All catalog changes of one ZODB transaction."""
 
-    batch_id: str = Field(min_length=1, max_length=200)
+    batch_id: Text = Field(min_length=1, max_length=200)
     entries: list[IndexEntry | UnindexEntry] = Field(default_factory=list)
-    # Wipe the catalog's content before applying the entries (clearFindAndRebuild).
-    clear: bool = False
+    # Wipe the catalog's content before applying the entries (clearFindAndRebuild): a boolean
+    # only ("yes" is no reason to wipe a catalog).
+    clear: StrictBool = False
     # The version of the transaction's snapshot (its entries carry it too). A clear with a version
     # removes only the objects and tombstones of older versions, so that, committed late (by a
     # resolver), it keeps what newer transactions committed in between; without one it removes
     # everything.
-    version: int | None = None
+    version: Version | None = None
 
 
 class BatchAppend(Model):
@@ -198,6 +207,20 @@ class BatchResult(Model):
     # WAL position after the commit: send it back as the X-Catalog-Min-LSN header of later
     # queries, and a read replica answers them only once it has replayed this far.
     lsn: str | None = None
+
+
+class VerifyRequest(Model):
+    """Objects as the client sees them, entries as in a batch (``POST /catalogs/{id}/verify``)."""
+
+    entries: list[IndexEntry | UnindexEntry] = Field(default_factory=list)
+
+
+class TokenRequest(Model):
+    """A signed, expiring token for a frontend acting for one user (``POST /catalogs/{id}/tokens``)."""
+
+    principals: list[Text] = Field(max_length=1000)
+    ttl: int = Field(default=3600, ge=1, le=86400)
+    show_inactive: StrictBool = False
 
 
 class StagedBatch(Model):
@@ -243,18 +266,18 @@ class SearchRequest(Model):
 
     model_config = ConfigDict(extra="forbid")
     query: dict[str, Any] = Field(default_factory=dict)
-    metadata: list[str] | Literal["*"] | None = None
+    metadata: list[Text] | Literal["*"] | None = None
     b_start: int | None = Field(default=None, ge=0, le=2**63 - 1)
     b_size: int | None = Field(default=None, ge=0, le=2**63 - 1)
     # Staged batches of the caller's own transaction whose changes the query must see.
-    batch_ids: list[str] = Field(default_factory=list, max_length=16)
+    batch_ids: list[Text] = Field(default_factory=list, max_length=16)
     # Include objects that are not currently effective (Plone's "show inactive"); honoured only
     # for callers whose credential allows it.
-    show_inactive: bool = False
+    show_inactive: StrictBool = False
     # The last batch the caller knows to be committed in ZODB (the connector keeps its id with the
     # catalog counter in ZODB). If the service has not committed it yet, the answer says
     # ``complete: false``: it is correct for an older state only and must not be cached.
-    after_batch: str | None = Field(default=None, max_length=200)
+    after_batch: Text | None = Field(default=None, max_length=200)
     # Facet counts to return with the page: index names, or FacetRequests for a limit or order.
     facets: list[str | FacetRequest] = Field(default_factory=list, max_length=16)
 
@@ -400,11 +423,24 @@ class TextIndexSize(Model):
     documents: int
 
 
-class Problem(BaseModel):
-    """RFC 9457 problem details."""
+class FieldError(BaseModel):
+    """One thing wrong with a request's body or parameters (a 422's ``errors``)."""
 
+    loc: list[str]
+    msg: str
+    type: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, the body of every error (``application/problem+json``)."""
+
+    model_config = ConfigDict(extra="allow")
     type: str = "about:blank"
     title: str
     status: int
     detail: str | None = None
     instance: str | None = None
+    # 422: what did not match the API (at most 20).
+    errors: list[FieldError] | None = None
+    # /readyz: the migrations not applied yet.
+    pending: list[str] | None = None

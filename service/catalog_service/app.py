@@ -244,6 +244,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(Observe)
     for module in (search, batches, catalogs, health, public_routes):
         app.include_router(module.router)
+    app.state.api_routes = [*search.FAST_ROUTES, *(route for module in (search, batches, catalogs, health, public_routes)
+                                                   for route in module.router.routes)]
     docs.install(app)
     # Routes are matched in order: the searches come first, for a request that reaches the router
     # (CatalogApp takes the searches before that).

@@ -60,3 +60,13 @@ class Conflict(CatalogError):
 class Unavailable(CatalogError):
     status = 503
     title = "Service unavailable"
+    # Seconds a client should wait before it tries again (the Retry-After header).
+    retry_after = 1
+    headers = {"Retry-After": str(retry_after)}
+
+
+class DatabaseUnavailable(Unavailable):
+    """PostgreSQL cannot be reached, or it closed the connection (a restart, a failover, a
+    terminated backend): a passing condition, answered 503 so that clients try again."""
+
+    title = "Database unavailable"

@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     pool_max_size: int = 10
     # Disable asyncpg's statement cache behind PgBouncer in transaction mode.
     statement_cache_size: int = 512
+    # Seconds to open a connection to PostgreSQL; past it the request is answered 503.
+    connect_timeout: float = Field(default=5.0, gt=0)
     # Seconds a statement may run before PostgreSQL cancels it.
     statement_timeout: float = 10.0
     # Totals kept per worker for repeated queries, used while the catalog's counter stands

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -27,15 +28,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.rfile.read(length)
         with server.lock:
             server.requests.append((self.command, self.path))
+            server.times.append(time.monotonic())
             how = server.answers.pop(0) if server.answers else server.otherwise
         if how == "stall":
             # Accept the request and never answer (until the test ends).
             server.released.wait(30)
             self.close_connection = True
             return
+        headers = {}
+        if isinstance(how, RetryAfter):
+            headers["Retry-After"] = how.seconds
+            how = 503
         status, body = (503, {"title": "Service Unavailable", "status": 503}) if how == 503 else (200, how)
         payload = json.dumps(body).encode()
         self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
@@ -47,17 +55,25 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+@dataclass(frozen=True)
+class RetryAfter:
+    """A 503 with this Retry-After header (the service's answer while its database is away)."""
+
+    seconds: str
+
+
 class StubService(ThreadingHTTPServer):
-    """Answers each request with the next of ``answers`` ("stall", 503 or a JSON body), then
-    ``otherwise``; records every request it received."""
+    """Answers each request with the next of ``answers`` ("stall", 503, a RetryAfter or a JSON
+    body), then ``otherwise``; records every request it received, and when."""
 
     daemon_threads = True
 
-    def __init__(self, answers, otherwise):
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, answers, otherwise, port=0):
+        super().__init__(("127.0.0.1", port), _Handler)
         self.answers = list(answers)
         self.otherwise = otherwise
         self.requests: list[tuple[str, str]] = []
+        self.times: list[float] = []
         self.lock = threading.Lock()
         self.released = threading.Event()
 
@@ -70,8 +86,8 @@ class StubService(ThreadingHTTPServer):
 def stub_service():
     servers = []
 
-    def start(answers=(), otherwise="stall"):
-        server = StubService(answers, otherwise)
+    def start(answers=(), otherwise="stall", port=0):
+        server = StubService(answers, otherwise, port)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return server
@@ -125,6 +141,57 @@ def test_an_idempotent_call_gives_up_after_its_attempts(stub_service):
     finally:
         client.close()
     assert server.requests == [("POST", "/catalogs/site/batches/b1/commit")] * 3
+
+
+def test_503s_are_retried_until_the_timeout_when_no_attempts_are_set(stub_service):
+    """While the service's database is away, every call answers 503: an idempotent call waits for
+    it within its timeout (pauses growing to 1 s), then gives up with the unavailable error."""
+    server = stub_service(otherwise=503)
+    client = client_for(server, timeout=2.5, retries=0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ServiceUnavailable, match="answered 503"):
+            client.search("site", SearchRequest(query={}), None, unrestricted=True)
+        elapsed = time.monotonic() - started
+    finally:
+        client.close()
+    assert 1.4 < elapsed < 2.6
+    # 0.1, 0.2, 0.4, 0.8 s apart, then as long as the timeout allows.
+    assert len(server.requests) == 5
+    pauses = [b - a for a, b in zip(server.times, server.times[1:], strict=False)]
+    assert all(0.08 < pause < 1.1 for pause in pauses), pauses
+    assert pauses == sorted(pauses)
+
+
+def test_a_call_waits_out_an_outage_and_succeeds(stub_service):
+    server = stub_service(answers=[RetryAfter("1")] * 2 + [503] * 3, otherwise=EMPTY_RESULT)
+    client = client_for(server, timeout=10, retries=0)
+    try:
+        result = client.search("site", SearchRequest(query={}), None, unrestricted=True)
+    finally:
+        client.close()
+    assert result.items_total == 0
+    assert len(server.requests) == 6
+    # Retry-After: 1 is honoured (up to a second) for the answers that carry it.
+    assert server.times[1] - server.times[0] >= 0.95
+    assert server.times[2] - server.times[1] >= 0.95
+
+
+def test_a_refused_connection_is_retried_until_the_service_is_back(stub_service):
+    """The service itself restarting (connections refused for a while): a read goes through once
+    it listens again, within the call's timeout."""
+    from tests.live import free_port
+
+    port = free_port()
+    client = CatalogClient(ConnectorSettings(url=f"http://127.0.0.1:{port}", token="", timeout=5, retries=0))
+    started = threading.Timer(0.7, stub_service, kwargs={"otherwise": EMPTY_RESULT, "port": port})
+    started.start()
+    try:
+        result = client.search("site", SearchRequest(query={}), None, unrestricted=True)
+    finally:
+        started.join()
+        client.close()
+    assert result.items_total == 0
 
 
 def test_creating_a_catalog_is_not_retried(stub_service):

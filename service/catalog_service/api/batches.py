@@ -4,19 +4,29 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
-from catalog_schemas.api import Batch, BatchAppend, BatchResolver, BatchResult, StagedBatch, StagedBatches
+from catalog_schemas.api import (
+    NO_NUL_PATTERN,
+    Batch,
+    BatchAppend,
+    BatchResolver,
+    BatchResult,
+    StagedBatch,
+    StagedBatches,
+)
 
 from ..indexes.dateindex import DateRecurringIndex
 from ..metrics import BATCH_ENTRIES, BATCHES
 from ..store import batches
 from ..store.catalogs import Catalog
 from .auth import identify, require_trusted
-from .deps import HEADERS, body_schema, credential_of, read_body
+from .deps import HEADERS, body_schema, credential_of, idempotent, read_body
+from .problems import CATALOG_ERRORS, errors
 
-router = APIRouter(prefix="/catalogs/{name}/batches", tags=["indexing"])
+router = APIRouter(prefix="/catalogs/{name}/batches", tags=["indexing"],
+                   responses=errors(400, *CATALOG_ERRORS, 409, 413))
 
 
 async def with_lsn(db, result: BatchResult) -> BatchResult:
@@ -47,6 +57,7 @@ async def _writable(conn, request: Request, name: str) -> tuple[Catalog, int]:
 # The batch routes are on every Plone transaction's path (stage at vote, commit at finish): like the
 # searches, they read their body and headers themselves and use one pooled connection per request.
 @router.post("", response_model=BatchResult, openapi_extra={**body_schema(Batch), **HEADERS})
+@idempotent
 async def post_batch(name: str, request: Request, stage: bool = Query(default=False)):
     """Stage a batch (``stage=true``) or apply and commit it at once."""
     state = request.app.state
@@ -70,7 +81,8 @@ async def post_batch(name: str, request: Request, stage: bool = Query(default=Fa
 
 
 @router.post("/{batch_id}/append", response_model=BatchResult, openapi_extra={**body_schema(BatchAppend), **HEADERS})
-async def append_batch(name: str, batch_id: str, request: Request):
+@idempotent
+async def append_batch(name: str, request: Request, batch_id: str = Path(pattern=NO_NUL_PATTERN)):
     """Add entries to a staged batch: each replaces the batch's entry for its uid."""
     state = request.app.state
     body = await read_body(request, BatchAppend)
@@ -116,12 +128,14 @@ async def _settle(request: Request, name: str, batch_id: str, outcome: str) -> R
 
 
 @router.post("/{batch_id}/commit", response_model=BatchResult, openapi_extra=HEADERS)
-async def commit_batch(name: str, batch_id: str, request: Request):
+@idempotent
+async def commit_batch(name: str, request: Request, batch_id: str = Path(pattern=NO_NUL_PATTERN)):
     return await _settle(request, name, batch_id, "committed")
 
 
 @router.post("/{batch_id}/abort", response_model=BatchResult, openapi_extra=HEADERS)
-async def abort_batch(name: str, batch_id: str, request: Request):
+@idempotent
+async def abort_batch(name: str, request: Request, batch_id: str = Path(pattern=NO_NUL_PATTERN)):
     return await _settle(request, name, batch_id, "aborted")
 
 
@@ -132,6 +146,7 @@ MAX_AGE = 100 * 365.25 * 86400
 
 
 @router.get("/staged", response_model=StagedBatches, openapi_extra=HEADERS)
+@idempotent
 async def list_staged(name: str, request: Request, older_than: float = Query(default=0.0, ge=0.0, le=MAX_AGE),
                       limit: int = Query(default=100, ge=1, le=1000)):
     """The catalog's batches staged more than ``older_than`` seconds ago, oldest first."""
@@ -142,6 +157,7 @@ async def list_staged(name: str, request: Request, older_than: float = Query(def
 
 
 @router.get("/resolver", response_model=BatchResolver, openapi_extra=HEADERS)
+@idempotent
 async def get_resolver(name: str, request: Request):
     async with request.app.state.db.acquire() as conn:
         catalog, _ = await _writable(conn, request, name)
@@ -149,6 +165,7 @@ async def get_resolver(name: str, request: Request):
 
 
 @router.put("/resolver", response_model=BatchResolver, openapi_extra=HEADERS)
+@idempotent
 async def put_resolver(name: str, resolver: BatchResolver, request: Request):
     """Declare who resolves the catalog's batches left staged by a crash."""
     async with request.app.state.db.acquire() as conn:

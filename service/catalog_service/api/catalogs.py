@@ -8,17 +8,20 @@ import logging
 import time
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import ValidationError
 
 from catalog_schemas.api import (
+    NO_NUL_PATTERN,
     Batch,
     CatalogCreate,
     CatalogInfo,
     CatalogSettings,
     SchemaUpdate,
     TextIndexSize,
+    TokenRequest,
     UniqueValues,
+    VerifyRequest,
 )
 
 from ..errors import BadRequest, Conflict, NotFound
@@ -38,10 +41,11 @@ from .auth import (
     require_trusted,
     signed_token_catalog,
 )
-from .deps import credential, json_response
+from .deps import body_schema, credential, idempotent, json_response, read_body
+from .problems import CATALOG_ERRORS, errors
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/catalogs", tags=["catalogs"])
+router = APIRouter(prefix="/catalogs", tags=["catalogs"], responses=errors(*CATALOG_ERRORS))
 
 
 async def info(conn, catalog: Catalog, counter: int, registry) -> CatalogInfo:
@@ -84,7 +88,7 @@ async def caller_anywhere(conn, request: Request, cred: Credential, name: str | 
     return identify(cred, catalog, admin_token)
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, responses=errors(400, 409, 413))
 async def create_catalog(spec: CatalogCreate, request: Request, cred: Credential = Depends(credential)):
     """Create a catalog (admin); the answer carries its connector token, shown this once. The
     connector of an existing catalog gets 409 for it, as the admin does (the connector then
@@ -117,13 +121,15 @@ async def rotate_catalog_token(name: str, request: Request, cred: Credential = D
 
 
 @router.get("/{name}", response_model=CatalogInfo)
+@idempotent
 async def get_catalog(name: str, request: Request, cred: Credential = Depends(credential)):
     catalog, counter = await trusted_catalog(request, name, cred)
     async with request.app.state.db.acquire() as conn:
         return await info(conn, catalog, counter, request.app.state.registry)
 
 
-@router.patch("/{name}/schema", response_model=CatalogInfo)
+@router.patch("/{name}/schema", response_model=CatalogInfo, responses=errors(400, 409, 413))
+@idempotent
 async def update_schema(name: str, update: SchemaUpdate, request: Request, cred: Credential = Depends(credential)):
     catalog, counter = await trusted_catalog(request, name, cred)
     state = request.app.state
@@ -138,7 +144,7 @@ async def get_settings(name: str, request: Request, cred: Credential = Depends(c
     return catalog.settings
 
 
-@router.patch("/{name}/settings", response_model=CatalogSettings)
+@router.patch("/{name}/settings", response_model=CatalogSettings, responses=errors(400, 413))
 async def update_settings(name: str, body: dict, request: Request, cred: Credential = Depends(credential)):
     """Change the settings the body names (CatalogSettings' fields; null resets one)."""
     catalog, _ = await trusted_catalog(request, name, cred)
@@ -165,6 +171,7 @@ async def clear_catalog(name: str, request: Request, cred: Credential = Depends(
 
 
 @router.post("/{name}/indexes/defer")
+@idempotent
 async def defer_catalog_indexes(name: str, request: Request, cred: Credential = Depends(credential)):
     """Drop the catalog's secondary SQL indexes for a bulk load (docs/decisions/0010). Queries stay
     correct and become scans until ``/indexes/build``."""
@@ -175,6 +182,7 @@ async def defer_catalog_indexes(name: str, request: Request, cred: Credential = 
 
 
 @router.post("/{name}/indexes/build")
+@idempotent
 async def build_catalog_indexes(name: str, request: Request, cred: Credential = Depends(credential)):
     """Build every secondary index the catalog lacks (after a bulk load), then ANALYZE it. Batch
     commits wait while an index builds; queries go on. Answers when done."""
@@ -187,6 +195,7 @@ async def build_catalog_indexes(name: str, request: Request, cred: Credential = 
 
 
 @router.get("/{name}/indexes/missing")
+@idempotent
 async def missing_catalog_indexes(name: str, request: Request, cred: Credential = Depends(credential)):
     """The secondary SQL indexes the catalog's partition lacks (deferred, or not built yet)."""
     catalog, _ = await trusted_catalog(request, name, cred)
@@ -204,20 +213,16 @@ async def drop_catalog(name: str, request: Request, cred: Credential = Depends(c
     return Response(status_code=204)
 
 
-@router.post("/{name}/tokens")
-async def create_token(name: str, body: dict, request: Request, cred: Credential = Depends(credential)):
+@router.post("/{name}/tokens", responses=errors(400, 413))
+@idempotent
+async def create_token(name: str, body: TokenRequest, request: Request, cred: Credential = Depends(credential)):
     """Mint a signed, expiring token for a frontend acting for one user."""
     catalog, _ = await trusted_catalog(request, name, cred)
-    principals = body.get("principals")
-    ttl = body.get("ttl", 3600)
-    if not isinstance(principals, list) or not all(isinstance(p, str) for p in principals):
-        raise BadRequest("principals must be a list of strings")
-    if not isinstance(ttl, int) or not 0 < ttl <= 86400:
-        raise BadRequest("ttl must be 1..86400 seconds")
-    return {"token": mint_token(catalog, principals, ttl, bool(body.get("show_inactive"))), "ttl": ttl}
+    return {"token": mint_token(catalog, body.principals, body.ttl, body.show_inactive), "ttl": body.ttl}
 
 
-@router.get("/{name}/unique/{index}", response_model=UniqueValues)
+@router.get("/{name}/unique/{index}", response_model=UniqueValues, responses=errors(400))
+@idempotent
 async def unique_values(name: str, index: str, request: Request, cred: Credential = Depends(credential),
                         lengths: bool = False, batch_id: list[str] = Query(default=[], max_length=16),
                         attribute: str | None = None):
@@ -252,6 +257,7 @@ async def unique_values(name: str, index: str, request: Request, cred: Credentia
 
 
 @router.get("/{name}/words/{index}", response_model=TextIndexSize)
+@idempotent
 async def text_index_size(name: str, index: str, request: Request, cred: Credential = Depends(credential),
                           batch_id: list[str] = Query(default=[], max_length=16)):
     """A ZCTextIndex's distinct words and documents (ZCatalog's ``numObjects`` and ``indexSize``;
@@ -272,7 +278,9 @@ async def text_index_size(name: str, index: str, request: Request, cred: Credent
 
 
 @router.get("/{name}/objects/{uid:path}")
-async def object_data(name: str, uid: str, request: Request, cred: Credential = Depends(credential)):
+@idempotent
+async def object_data(name: str, request: Request, uid: str = Path(pattern=NO_NUL_PATTERN),
+                      cred: Credential = Depends(credential)):
     catalog, _ = await trusted_catalog(request, name, cred)
     async with request.app.state.db.acquire() as conn:
         row = await conn.fetchrow(
@@ -287,12 +295,14 @@ async def object_data(name: str, uid: str, request: Request, cred: Credential = 
                            "indexes": indexes, "metadata": orjson.loads(row["meta"])})
 
 
-@router.post("/{name}/verify")
-async def verify_objects(name: str, body: dict, request: Request, cred: Credential = Depends(credential)):
+@router.post("/{name}/verify", openapi_extra={**body_schema(VerifyRequest)}, responses=errors(400, 413))
+@idempotent
+async def verify_objects(name: str, request: Request, cred: Credential = Depends(credential)):
     """Compare objects as the client sees them (index entries, as in a batch) with what the catalog
     holds, in the catalog's stored form; the answer lists, per uid, what differs."""
+    body = await read_body(request, VerifyRequest)
     catalog, _ = await trusted_catalog(request, name, cred)
-    batch = Batch.model_validate({"batch_id": "verify", "entries": body.get("entries", [])})
+    batch = Batch(batch_id="verify", entries=body.entries)
     changes = batches.convert(batch, catalog, request.app.state.settings.max_batch_entries)
     async with request.app.state.db.acquire() as conn:
         return json_response({"results": await batches.compare(conn, catalog, changes)})

@@ -16,9 +16,10 @@ from ..metrics import QUERIES
 from ..planner.plan import SECURITY_INDEX, Limits
 from ..store.search import Answer, StaleSchema, search
 from .auth import Caller, Credential, identify, security_for
-from .deps import HEADERS, body_schema, credential_of, limits_for, public_limits_of, read_body
+from .deps import HEADERS, body_schema, credential_of, idempotent, limits_for, public_limits_of, read_body
+from .problems import CATALOG_ERRORS, errors
 
-router = APIRouter(tags=["search"])
+router = APIRouter(tags=["search"], responses=errors(400, *CATALOG_ERRORS, 413))
 
 
 def caller_for(state, catalog, cred: Credential, refreshed: bool = True) -> Caller:
@@ -94,8 +95,10 @@ async def run_search(request: Request, name: str, body: SearchRequest) -> Respon
     pool, conn = await state.db.acquire_read(request.headers.get("x-catalog-min-lsn"))
     try:
         answer = await _search_on(conn, request, name, body, cred, lim)
-    finally:
-        await state.db.release_read(pool, conn)
+    except BaseException as exc:
+        await state.db.release_read(pool, conn, failed=exc)
+        raise
+    await state.db.release_read(pool, conn)
     if not answer.complete and pool is not state.db.primary:
         # A replica that has not replayed the caller's last batch yet: ask the primary, so the
         # caller reads its own writes.
@@ -109,6 +112,7 @@ async def run_search(request: Request, name: str, body: SearchRequest) -> Respon
 # openapi_extra describes both.
 @router.post("/catalogs/{name}/query", response_model=SearchResult,
              openapi_extra={**body_schema(SearchRequest), **HEADERS})
+@idempotent
 async def query_catalog(name: str, request: Request):
     body = await read_body(request, SearchRequest)
     return await run_search(request, name, body)

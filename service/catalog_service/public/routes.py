@@ -14,6 +14,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
@@ -26,7 +27,8 @@ from catalog_schemas.api import (
 )
 
 from ..api.caching import conditional_search
-from ..api.deps import HEADERS, body_schema, read_body
+from ..api.deps import HEADERS, body_schema, idempotent, read_body
+from ..api.problems import CATALOG_ERRORS, errors
 from ..errors import BadRequest
 from ..store.catalogs import Catalog
 from ..store.search import Answer
@@ -43,7 +45,7 @@ from .querystring_search import (
 )
 from .restapi import DEFAULT_B_SIZE, Urls, check_b_size, public_item, public_page, restapi_response, site_of
 
-router = APIRouter(tags=["public"])
+router = APIRouter(tags=["public"], responses=errors(400, *CATALOG_ERRORS, 413))
 
 SEARCH_CONTROLS = ("catalog", "q", "b_start", "b_size", "metadata", "facets", "facet_limit", "facet_sort")
 
@@ -92,6 +94,7 @@ async def _public_search(request: Request, name: str, body: SearchRequest) -> An
 
 
 @router.post("/search", response_model=PublicSearchResult, openapi_extra={**body_schema(SearchRequest), **HEADERS})
+@idempotent
 async def search_post(request: Request, catalog: str):
     """A ZCatalog query (``SearchRequest``) answered in the public contract."""
     answer = await _public_search(request, catalog, await read_body(request, SearchRequest))
@@ -141,6 +144,7 @@ def _facets_of(params) -> list[FacetRequest] | None:
 
 @router.get("/search", response_model=PublicSearchResult, openapi_extra=GET_PARAMETERS,
             responses={304: {"description": "Not modified: the ETag given in If-None-Match is current"}})
+@idempotent
 async def search_get(request: Request, catalog: str):
     """Query string form: ``q`` is a JSON ZCatalog query, and index=value pairs in Zope's form
     syntax (``Subject:list=a``, ``path.query=/news&path.depth:int=1``; repeat a name for a list)
@@ -156,19 +160,18 @@ async def search_get(request: Request, catalog: str):
         if not isinstance(query, dict):
             raise BadRequest("q must be a JSON object", parameter="q")
     query.update(unflatten(parse_form([(k, v) for k, v in pairs if k.split(":")[0] not in SEARCH_CONTROLS])))
-    b_start = integer(params["b_start"], "b_start") if "b_start" in params else None
-    if (b_start or 0) < 0:
-        raise InvalidParameter("b_start must not be negative", parameter="b_start")
     try:
         body = SearchRequest(
             query=query,
-            b_start=b_start,
+            b_start=integer(params["b_start"], "b_start") if "b_start" in params else None,
             b_size=integer(params["b_size"], "b_size") if "b_size" in params else None,
             metadata=params.getlist("metadata") or None,
             facets=_facets_of(params) or [],
         )
-    except ValidationError as exc:  # as the POST form's body is refused: 4xx, never a 500
-        raise BadRequest("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])) from exc
+    except ValidationError as exc:  # a negative b_start, a NUL in a metadata name: 422, as a body's
+        raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in exc.errors()]) from exc
+    if (body.b_start or 0) < 0:
+        raise InvalidParameter("b_start must not be negative", parameter="b_start")
     return await conditional_search(request, catalog, lambda: _public_search(request, catalog, body))
 
 
@@ -226,6 +229,7 @@ NOT_MODIFIED = {304: {"description": "Not modified: the ETag given in If-None-Ma
 
 @router.get("/{catalog}/@search", response_model=RestapiSearchResult,
             openapi_extra={"parameters": [IF_NONE_MATCH, *HEADERS["parameters"]]}, responses=NOT_MODIFIED)
+@idempotent
 async def restapi_search_get(request: Request, catalog: str):
     """plone.restapi's ``@search`` of the catalog's site: its query string (Zope form syntax,
     dotted index options), its answer; with an ETag, and 304 for a current one."""
@@ -234,6 +238,7 @@ async def restapi_search_get(request: Request, catalog: str):
 
 
 @router.post("/{catalog}/@search", response_model=RestapiSearchResult, openapi_extra=HEADERS)
+@idempotent
 async def restapi_search_post(request: Request, catalog: str):
     """The same parameters as a JSON object (for queries too long for a URL)."""
     try:
@@ -288,6 +293,7 @@ async def _querystring_post(request: Request, catalog: str, context_path: str) -
 
 
 @router.post("/{catalog}/@querystring-search", response_model=RestapiSearchResult, openapi_extra=QUERYSTRING_POST)
+@idempotent
 async def querystring_search_post(request: Request, catalog: str):
     """plone.restapi's ``@querystring-search`` at the site root: plone.app.querystring criteria,
     ``sort_on``, ``sort_order``, ``limit``, ``b_start``, ``b_size``, ``metadata_fields``; the answer
@@ -297,6 +303,7 @@ async def querystring_search_post(request: Request, catalog: str):
 
 @router.get("/{catalog}/@querystring-search", response_model=RestapiSearchResult, openapi_extra=QUERYSTRING_GET,
             responses=NOT_MODIFIED)
+@idempotent
 async def querystring_search_get(request: Request, catalog: str):
     """The same with the body as JSON in the ``query`` parameter; with an ETag, and 304 for a
     current one."""
@@ -305,6 +312,7 @@ async def querystring_search_get(request: Request, catalog: str):
 
 @router.post("/{catalog}/{path:path}/@querystring-search", response_model=RestapiSearchResult,
              openapi_extra=QUERYSTRING_POST)
+@idempotent
 async def querystring_search_context_post(request: Request, catalog: str, path: str):
     """``@querystring-search`` of the object at ``path`` (relative to the site): relative paths start
     there, and the object itself is left out of the answer."""
@@ -313,6 +321,7 @@ async def querystring_search_context_post(request: Request, catalog: str, path: 
 
 @router.get("/{catalog}/{path:path}/@querystring-search", response_model=RestapiSearchResult,
             openapi_extra=QUERYSTRING_GET, responses=NOT_MODIFIED)
+@idempotent
 async def querystring_search_context_get(request: Request, catalog: str, path: str):
     """The same with the body as JSON in the ``query`` parameter."""
     return await _querystring_get(request, catalog, path)

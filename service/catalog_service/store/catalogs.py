@@ -18,7 +18,14 @@ from functools import cached_property
 import asyncpg
 import orjson
 
-from catalog_schemas.api import NAME_PATTERN, CatalogCreate, CatalogSettings, IndexDeclaration, SchemaUpdate
+from catalog_schemas.api import (
+    CATALOG_ID_PATTERN,
+    NAME_PATTERN,
+    CatalogCreate,
+    CatalogSettings,
+    IndexDeclaration,
+    SchemaUpdate,
+)
 
 from ..errors import BadRequest, Conflict, NotFound
 from ..indexes import make_index
@@ -28,6 +35,7 @@ from ..indexes.simple import STATISTICS_SUFFIXES
 from ..indexes.text import CELLS_SUFFIX, ZCTextIndex
 from ..planner.plan import CatalogSchema
 
+_CATALOG_ID = re.compile(CATALOG_ID_PATTERN)
 log = logging.getLogger(__name__)
 
 # Plone's index values of one object (object_provides alone lists dozens of interface names)
@@ -232,6 +240,8 @@ class CatalogRegistry:
 
     async def get(self, conn: asyncpg.Connection, name: str) -> tuple[Catalog, int]:
         """The catalog and its current counter."""
+        if not _CATALOG_ID.match(name):  # no catalog has such a name (a NUL would not reach SQL)
+            raise NotFound(f"no catalog {name!r}")
         row = await conn.fetchrow("select id, schema_rev, counter from catalog where name = $1", name)
         if row is None:
             self._cache.pop(name, None)
