@@ -257,12 +257,33 @@ class ServiceCatalogTool(CatalogTool):
             progress_.step()
         if self.maintain_zodb_cache():
             transaction.savepoint(optimistic=True)
-            if self._p_jar is not None:
-                self._p_jar.cacheGC()
+            # The tool's own jar, or its site's: a tool swapped in by this transaction (the
+            # connector's install) has none before the transaction's first savepoint.
+            jar = self._p_jar or getattr(aq_parent(aq_inner(self)), "_p_jar", None)
+            if jar is not None:
+                jar.cacheGC()
             if progress_ is not None:
                 progress_.info("committing subtransaction")
             elif pghandler is not None:
                 pghandler.info("committing subtransaction")
+
+    def maintain_zodb_cache(self):
+        """Whether ``threshold`` objects were cataloged in this transaction since the last time
+        (ZCatalog's count); the caller makes the savepoint and collects the cache. ZCatalog's
+        own collects it here through ``self._p_jar``, which a tool new in this transaction does
+        not have yet: installing the connector into a site of more than ``threshold`` objects
+        failed with an AttributeError after ``threshold`` objects."""
+        if self.threshold is None:
+            return False
+        current = id(transaction.get())
+        if current != self._v_transaction:
+            self._v_total = 0
+        self._v_transaction = current
+        self._v_total = self._v_total + 1
+        if self._v_total > self.threshold:
+            self._v_total = 0
+            return True
+        return False
 
     @security.protected(ManageZCatalogEntries)
     def uncatalog_object(self, uid):
