@@ -442,7 +442,18 @@ def run(config: dict) -> dict:
         out["create_catalog"][size] = {"ms": seconds * 1000 / (size - done), "calls": calls / (size - done)}
         if not done:
             # Modified once, at the first size: the documents' count hardly matters to an edit.
-            out["modify"] = modify_documents(min(500, size))
+            if os.environ.get("PLONE_BENCH_PROFILE") == "modify":
+                import cProfile
+                import pstats
+
+                profiler = cProfile.Profile()
+                out["modify"] = profiler.runcall(modify_documents, min(500, size))
+                print(f"-- profile of modifying documents (catalog={config['catalog']})")
+                stats = pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative")
+                stats.print_stats(80)
+                stats.sort_stats("tottime").print_stats(40)
+            else:
+                out["modify"] = modify_documents(min(500, size))
             seconds, calls = catalog_time.take()
             out["modify_catalog"] = {"ms": seconds * 1000 / min(500, size), "calls": calls / min(500, size)}
         done = size
