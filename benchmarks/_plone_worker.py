@@ -61,6 +61,10 @@ def open_storage(kind: str, target: str, blob_dir: str):
         from plone_connector.storage import JsonbStorage
 
         return JsonbStorage(target, blob_dir=blob_dir)
+    if kind == "PGJsonbStorage":  # zodb-pgjsonb, under plone.pgcatalog (its own Python)
+        from zodb_pgjsonb.storage import PGJsonbStorage
+
+        return PGJsonbStorage(dsn=target, blob_temp_dir=blob_dir)
     raise ValueError(kind)
 
 
@@ -70,6 +74,7 @@ class BenchLayer(PloneSandboxLayer):
     defaultBases = (PLONE_FIXTURE,)
     connector = False  # the connector installed in the site
     load_connector = False  # its ZCML only (an installable product, the site still on ZCatalog)
+    pgcatalog = False  # plone.pgcatalog installed instead (on zodb-pgjsonb)
 
     def setUpZope(self, app, configurationContext):
         import plone.app.contenttypes
@@ -79,6 +84,13 @@ class BenchLayer(PloneSandboxLayer):
             import plone_connector
 
             self.loadZCML(package=plone_connector)
+        if self.pgcatalog:
+            import plone.pgcatalog
+            from plone.pgcatalog.testing import install_move_handlers_in_stack
+
+            self.loadZCML(package=plone.pgcatalog)
+            # As its own test layer does: the move handlers where OFS registered the originals.
+            install_move_handlers_in_stack()
 
     def setUpPloneSite(self, portal):
         applyProfile(portal, "plone.app.contenttypes:default")
@@ -92,9 +104,21 @@ class BenchLayer(PloneSandboxLayer):
         portal.acl_users.portal_role_manager.doAssignRoleToPrincipal(EDITOR[0], "Member")
         if self.connector:
             applyProfile(portal, "plone_connector:default")
+        if self.pgcatalog:
+            applyProfile(portal, "plone.pgcatalog:default")
 
 
-def set_up(kind: str, target: str, connector: bool, blob_dir: str):
+def register_pgcatalog(db) -> None:
+    """What plone.pgcatalog does when Zope opens its database (an IDatabaseOpenedWithRoot
+    subscriber, which plone.app.testing never fires); its move handlers are in place already."""
+    from plone.pgcatalog.startup import register_catalog_processor
+    from zope.processlifetime import DatabaseOpenedWithRoot
+
+    with mock.patch("plone.pgcatalog.move.install_move_handlers", lambda: None):
+        register_catalog_processor(DatabaseOpenedWithRoot(db))
+
+
+def set_up(kind: str, target: str, connector: bool, blob_dir: str, pgcatalog: bool = False):
     from tests.connector.sites import set_up as set_up_layers
     from tests.e2e.jsonb_layer import seed
 
@@ -103,11 +127,15 @@ def set_up(kind: str, target: str, connector: bool, blob_dir: str):
             return original(base_db, name)
         storage = open_storage(kind, target, blob_dir)
         seed(storage, base_db.storage)
-        return ZODB.DB(storage, cache_size=WARM_CACHE)
+        db = ZODB.DB(storage, cache_size=WARM_CACHE)
+        if pgcatalog:
+            register_pgcatalog(db)
+        return db
 
     original = zodb.stackDemoStorage
     layer = BenchLayer(name="BenchLayer")
     layer.connector = connector
+    layer.pgcatalog = pgcatalog
     with mock.patch.object(zodb, "stackDemoStorage", stacked):
         set_up_layers(layer)
     return layer
@@ -164,7 +192,8 @@ class CatalogTime:
         self.calls = 0
         self._depth = threading.local()
 
-    def install(self, connector: bool, no_op: bool = False, extract_only: bool = False) -> None:
+    def install(self, connector: bool, no_op: bool = False, extract_only: bool = False,
+                pgcatalog: bool = False) -> None:
         if no_op or extract_only:
             # The floors: Plone with a catalog whose indexing costs nothing (ZCatalog's
             # catalog_object and uncatalog_object do nothing), or nothing but computing the
@@ -187,6 +216,13 @@ class CatalogTime:
             for name in ("tpc_begin", "tpc_vote", "tpc_finish", "_discard"):
                 self._wrap(batch.BatchDataManager, name, count=False)
             self._wrap(client, "settle", count=False)
+        elif pgcatalog:
+            from plone.pgcatalog.catalog import PlonePGCatalogTool
+
+            # Its extraction into the annotation the storage writes at vote (that write is the
+            # storage's time, as the indexes' BTrees are ZODB's for ZCatalog).
+            self._wrap(PlonePGCatalogTool, "_set_pg_annotation", count=True)
+            self._wrap(PlonePGCatalogTool, "unindexObject", count=True)
         else:
             from Products.ZCatalog.ZCatalog import ZCatalog
 
@@ -415,11 +451,12 @@ def run(config: dict) -> dict:
     no_catalog = config["catalog"] in ("none", "extract")
     blob_dir = config.get("blob_dir") or tempfile.mkdtemp(prefix="plone-bench-blobs-")
     began = time.perf_counter()
-    set_up(kind, config["target"], connector, blob_dir)
+    set_up(kind, config["target"], connector, blob_dir, pgcatalog=config["catalog"] == "pgcatalog")
     out = {"setup_s": time.perf_counter() - began}
     sizes = config["docs"]
     create_folders()
-    catalog_time.install(connector, no_op=config["catalog"] == "none", extract_only=config["catalog"] == "extract")
+    catalog_time.install(connector, no_op=config["catalog"] == "none", extract_only=config["catalog"] == "extract",
+                         pgcatalog=config["catalog"] == "pgcatalog")
     out["create"], out["create_catalog"] = {}, {}
     out["queries_cached"], out["queries_cleared"] = {}, {}
     rounds = config["rounds"]
