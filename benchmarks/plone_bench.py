@@ -1,30 +1,34 @@
-"""Plone with ZCatalog vs Plone with the catalog connector, on FileStorage, RelStorage and JsonbStorage.
+"""Plone with ZCatalog, with plone.pgcatalog and with the catalog connector, per storage.
 
-    .venv/bin/python benchmarks/plone_bench.py [--docs 500,5000] [--rounds 20] [--only connector-fs,...]
+    .venv/bin/python benchmarks/plone_bench.py [--docs 500,5000] [--rounds 20] [--cache-sizes 400,30000]
+        [--only connector-jsonb,zcatalog-rs,...] [--pgcatalog-python PY312] [--no-pages] [--floor-ms MS]
 
-Each configuration runs in its own process (benchmarks/_plone_worker.py) on a Plone 6 site with
-plone.app.contenttypes, seeded from plone.app.testing's fixture into the storage under test:
+Each configuration runs in its own process (benchmarks/_plone_worker.py), once per ZODB cache size
+(``name@cache-size``), on a Plone 6 site with plone.app.contenttypes, seeded from
+plone.app.testing's fixture into the storage under test:
 
-- create: documents (with rich text) through plone.api, one transaction each, into 10 folders;
-  ms per document for the first 500, then for the ones up to 5,000;
+- create: documents (rich text, 0-3 subjects) through plone.api, one transaction each, into 10
+  folders; ms per document for the first 500, then for the ones up to 5,000;
 - modify: title and description of 500 documents, ObjectModifiedEvent (what the edit form
-  does), one transaction each; ms per document;
-- queries: folder listing, navigation, collection by type sorted by modified, SearchableText,
-  as Anonymous, reading the first 20 brains; median ms, warm (large ZODB cache; the connector's
-  query cache on, and off), and cold (ZODB cache of 100 objects, garbage-collected before each
-  query; the connector's query cache cleared too);
-- pages: site root with navigation, a folder listing, a search results page, anonymous and an
-  editor, published through ZPublisher's WSGI entry point after three warm-up renders; median ms,
-  and for the connector the service requests and query cache hits per render.
+  does), one transaction each, after the first document count; ms per document;
+- queries, at every document count: the six shapes of plone.pgcatalog's published Plone
+  benchmark, as Anonymous, reading ``len()`` and the first 20 brains; median ms with the query
+  caches on, and with them cleared and the ZODB cache trimmed before each run; for the connector
+  also the time waited for the service;
+- pages (unless --no-pages): site root with navigation, a folder listing, a search results page,
+  anonymous and an editor, published through ZPublisher's WSGI entry point after three warm-up
+  renders; median ms, and for the connector the service requests and query cache hits per render.
 
-The nocatalog-fs and nocatalog-rs configurations create and modify the same content with ZCatalog's
+The nocatalog-* configurations create and modify the same content with ZCatalog's
 catalog_object and uncatalog_object doing nothing: the lower bound that no catalog can beat.
 extractonly-fs and extractonly-rs compute the index values and metadata ZCatalog would store (the
 same wrapper and indexers) and store nothing: the bound for any catalog that indexes Plone's values.
+pgcatalog-pgjsonb is plone.pgcatalog on zodb-pgjsonb, run by the Python of --pgcatalog-python (it
+needs Python 3.12; make that environment outside the repository, docs/benchmarks/plone.md).
 
 RelStorage is history-free, on the same PostgreSQL server as the catalog service and JsonbStorage
 (each in its own database). Without DATABASE_URL the tests' embedded PostgreSQL is used. Writes
-docs/benchmarks/plone.md and docs/benchmarks/plone.png.
+docs/benchmarks/plone.md, plone.png and the raw figures in plone.json.
 """
 
 from __future__ import annotations
