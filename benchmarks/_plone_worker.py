@@ -30,13 +30,16 @@ import ZODB  # noqa: E402
 from plone.app.testing import PLONE_FIXTURE, PloneSandboxLayer, applyProfile  # noqa: E402
 from plone.testing import zodb, zope  # noqa: E402
 
-WARM_CACHE = 100_000  # objects: everything the benchmark touches stays in the ZODB cache
-SMALL_CACHE = 100  # objects: the "cold" runs
+# Objects in each connection's ZODB cache (the configuration's cache-size; Plone's default is 30,000).
+WARM_CACHE = 30_000
 FOLDERS = 10
 EDITOR = ("bench-editor", "bench-editor-pw-1")
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
          "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango")
 SEARCH_WORD = "quebec"  # in one document of 20
+# Subjects: 0-3 of these per document, "Python" on about one in seven.
+SUBJECTS = ("Python", "Zope", "Plone", "PostgreSQL", "Docker", "Testing", "Security", "REST", "React", "CSS",
+            "API", "Migration", "Performance", "GraphQL", "JavaScript")
 
 
 def open_storage(kind: str, target: str, blob_dir: str):
@@ -58,6 +61,10 @@ def open_storage(kind: str, target: str, blob_dir: str):
         from plone_connector.storage import JsonbStorage
 
         return JsonbStorage(target, blob_dir=blob_dir)
+    if kind == "PGJsonbStorage":  # zodb-pgjsonb, under plone.pgcatalog (its own Python)
+        from zodb_pgjsonb.storage import PGJsonbStorage
+
+        return PGJsonbStorage(dsn=target, blob_temp_dir=blob_dir)
     raise ValueError(kind)
 
 
@@ -67,6 +74,7 @@ class BenchLayer(PloneSandboxLayer):
     defaultBases = (PLONE_FIXTURE,)
     connector = False  # the connector installed in the site
     load_connector = False  # its ZCML only (an installable product, the site still on ZCatalog)
+    pgcatalog = False  # plone.pgcatalog installed instead (on zodb-pgjsonb)
 
     def setUpZope(self, app, configurationContext):
         import plone.app.contenttypes
@@ -76,6 +84,13 @@ class BenchLayer(PloneSandboxLayer):
             import plone_connector
 
             self.loadZCML(package=plone_connector)
+        if self.pgcatalog:
+            import plone.pgcatalog
+            from plone.pgcatalog.testing import install_move_handlers_in_stack
+
+            self.loadZCML(package=plone.pgcatalog)
+            # As its own test layer does: the move handlers where OFS registered the originals.
+            install_move_handlers_in_stack()
 
     def setUpPloneSite(self, portal):
         applyProfile(portal, "plone.app.contenttypes:default")
@@ -89,9 +104,21 @@ class BenchLayer(PloneSandboxLayer):
         portal.acl_users.portal_role_manager.doAssignRoleToPrincipal(EDITOR[0], "Member")
         if self.connector:
             applyProfile(portal, "plone_connector:default")
+        if self.pgcatalog:
+            applyProfile(portal, "plone.pgcatalog:default")
 
 
-def set_up(kind: str, target: str, connector: bool, blob_dir: str):
+def register_pgcatalog(db) -> None:
+    """What plone.pgcatalog does when Zope opens its database (an IDatabaseOpenedWithRoot
+    subscriber, which plone.app.testing never fires); its move handlers are in place already."""
+    from plone.pgcatalog.startup import register_catalog_processor
+    from zope.processlifetime import DatabaseOpenedWithRoot
+
+    with mock.patch("plone.pgcatalog.move.install_move_handlers", lambda: None):
+        register_catalog_processor(DatabaseOpenedWithRoot(db))
+
+
+def set_up(kind: str, target: str, connector: bool, blob_dir: str, pgcatalog: bool = False):
     from tests.connector.sites import set_up as set_up_layers
     from tests.e2e.jsonb_layer import seed
 
@@ -100,11 +127,15 @@ def set_up(kind: str, target: str, connector: bool, blob_dir: str):
             return original(base_db, name)
         storage = open_storage(kind, target, blob_dir)
         seed(storage, base_db.storage)
-        return ZODB.DB(storage, cache_size=WARM_CACHE)
+        db = ZODB.DB(storage, cache_size=WARM_CACHE)
+        if pgcatalog:
+            register_pgcatalog(db)
+        return db
 
     original = zodb.stackDemoStorage
     layer = BenchLayer(name="BenchLayer")
     layer.connector = connector
+    layer.pgcatalog = pgcatalog
     with mock.patch.object(zodb, "stackDemoStorage", stacked):
         set_up_layers(layer)
     return layer
@@ -146,6 +177,10 @@ def document_text(n: int) -> str:
     return " ".join(words)
 
 
+def document_subjects(n: int) -> tuple[str, ...]:
+    return tuple(SUBJECTS[(n * 3 + i * 5) % len(SUBJECTS)] for i in range(n % 4))
+
+
 class CatalogTime:
     """Time the request waited for the catalog's own work while writing: ZCatalog's
     ``catalog_object`` and ``uncatalog_object``; for the connector, its requests to the service and
@@ -157,7 +192,8 @@ class CatalogTime:
         self.calls = 0
         self._depth = threading.local()
 
-    def install(self, connector: bool, no_op: bool = False, extract_only: bool = False) -> None:
+    def install(self, connector: bool, no_op: bool = False, extract_only: bool = False,
+                pgcatalog: bool = False) -> None:
         if no_op or extract_only:
             # The floors: Plone with a catalog whose indexing costs nothing (ZCatalog's
             # catalog_object and uncatalog_object do nothing), or nothing but computing the
@@ -180,6 +216,13 @@ class CatalogTime:
             for name in ("tpc_begin", "tpc_vote", "tpc_finish", "_discard"):
                 self._wrap(batch.BatchDataManager, name, count=False)
             self._wrap(client, "settle", count=False)
+        elif pgcatalog:
+            from plone.pgcatalog.catalog import PlonePGCatalogTool
+
+            # Its extraction into the annotation the storage writes at vote (that write is the
+            # storage's time, as the indexes' BTrees are ZODB's for ZCatalog).
+            self._wrap(PlonePGCatalogTool, "_set_pg_annotation", count=True)
+            self._wrap(PlonePGCatalogTool, "unindexObject", count=True)
         else:
             from Products.ZCatalog.ZCatalog import ZCatalog
 
@@ -228,7 +271,7 @@ def create_documents(start: int, stop: int) -> float:
             text = document_text(n)
             api.content.create(
                 container=folder, type="Document", id=f"doc-{n}", title=f"Document {n} {text[:20]}",
-                description=f"About {text[:40]}",
+                description=f"About {text[:40]}", subject=document_subjects(n),
                 text=RichTextValue(f"<p>{text}</p>", "text/html", "text/x-html-safe"),
             )
             transaction.commit()
@@ -270,29 +313,42 @@ def modify_documents(count: int) -> float:
 
 
 def catalog_queries(site) -> dict[str, dict]:
-    """The catalog queries a Plone page sends most, in the shape Plone sends them."""
+    """The six query shapes of plone.pgcatalog's published Plone benchmark, on this site's content
+    (documents in ten folders, so its "path depth 1" of the site root is depth 2 here: it finds
+    every document too)."""
     site_path = "/".join(site.getPhysicalPath())
     return {
-        "folder listing": {"path": {"query": site_path + "/folder-3", "depth": 1},
-                           "sort_on": "getObjPositionInParent", "b_start": 0, "b_size": 20},
-        # plone.app.layout's global navigation (navigation_depth 1, as most sites keep it).
-        "navigation": {"path": {"query": site_path, "depth": 1}, "portal_type": {"query": ["Folder", "Document"]},
-                       "sort_on": "getObjPositionInParent", "is_default_page": False, "exclude_from_nav": False},
-        "collection by type": {"portal_type": "Document", "sort_on": "modified", "sort_order": "reverse",
-                               "b_start": 0, "b_size": 20},
-        "SearchableText": {"SearchableText": SEARCH_WORD, "b_start": 0, "b_size": 20},
+        "portal_type": {"portal_type": "Document"},
+        "type+state+Subject sorted": {"portal_type": "Document", "review_state": "published", "Subject": "Python",
+                                      "sort_on": "modified", "sort_order": "descending", "b_size": 20},
+        "SearchableText": {"SearchableText": "about document"},
+        "path + position": {"path": {"query": site_path, "depth": 2}, "sort_on": "getObjPositionInParent"},
+        "published, Anonymous": {"portal_type": "Document", "review_state": "published",
+                                 "allowedRolesAndUsers": ["Anonymous"]},
+        "date sorted": {"sort_on": "created", "sort_order": "descending", "b_size": 50},
     }
 
 
-def time_queries(connector: bool, cold: bool, query_cache: bool, rounds: int) -> dict[str, float]:
-    """Median ms of each query, including reading the first 20 brains' metadata as a listing does."""
+def clear_query_caches(catalog_kind: str) -> None:
+    """Empty the catalog's per-process query cache (a commit elsewhere in the site does as much)."""
+    if catalog_kind == "connector":
+        from plone_connector.catalog.cache import query_cache
+
+        query_cache.clear()
+    elif catalog_kind == "pgcatalog":
+        from plone.pgcatalog.cache import get_query_cache
+
+        get_query_cache().clear()
+
+
+def time_queries(catalog_kind: str, cleared: bool, rounds: int) -> dict[str, dict]:
+    """Median ms of each query as Anonymous, with ``len()`` and the first 20 brains' Title, URL and
+    review_state read as a listing does. ``cleared``: the query caches emptied and the ZODB cache
+    trimmed to its size (cacheGC) before each run, as after commits elsewhere in a busy site."""
     from plone.app.testing import logout
 
     s = Site()
     logout()  # as Anonymous: the security filter is part of every real query
-    db = s.app._p_jar.db()
-    if cold:
-        db.setCacheSize(SMALL_CACHE)
     try:
         catalog = s.site.portal_catalog
         queries = catalog_queries(s.site)
@@ -301,39 +357,36 @@ def time_queries(connector: bool, cold: bool, query_cache: bool, rounds: int) ->
         for label, query in queries.items():
             samples = []
             profiler = None
-            if label == profile_label and cold == (os.environ.get("PLONE_BENCH_PROFILE_COLD") == "1"):
+            if label == profile_label and cleared == (os.environ.get("PLONE_BENCH_PROFILE_CLEARED") == "1"):
                 import cProfile
 
                 profiler = cProfile.Profile()
+            found = 0
             for i in range(rounds + 3):
                 transaction.abort()  # a new request: a fresh snapshot
-                if cold:
+                if cleared:
                     s.app._p_jar.cacheGC()
-                if connector and not query_cache:
-                    from plone_connector.catalog.cache import query_cache as cache
-
-                    cache.clear()
+                    clear_query_caches(catalog_kind)
                 if profiler is not None and i >= 3:
                     profiler.enable()
                 began = time.perf_counter()
                 brains = catalog.searchResults(**query)
                 rows = [(b.Title, b.getURL(), b.review_state) for b in brains[:20]]
-                len(brains)
+                found = len(brains)
                 elapsed = (time.perf_counter() - began) * 1000
                 if profiler is not None:
                     profiler.disable()
                 assert rows, f"{label}: no results"
                 if i >= 3:
                     samples.append(elapsed)
-            result[label] = statistics.median(samples)
+            result[label] = {"ms": statistics.median(samples), "found": found}
             if profiler is not None:
                 import pstats
 
-                print(f"-- profile of {label!r} (connector={connector}, cold={cold}, query_cache={query_cache})")
-                pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(35)
+                print(f"-- profile of {label!r} (catalog={catalog_kind}, cleared={cleared})")
+                pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(45)
         return result
     finally:
-        db.setCacheSize(WARM_CACHE)
         s.close()
 
 
@@ -392,16 +445,21 @@ def _service_counts(connector: bool) -> tuple[int, int]:
 
 
 def run(config: dict) -> dict:
+    global WARM_CACHE
+    WARM_CACHE = config.get("cache_size", WARM_CACHE)
     kind, connector = config["storage"], config["catalog"] == "connector"
     no_catalog = config["catalog"] in ("none", "extract")
     blob_dir = config.get("blob_dir") or tempfile.mkdtemp(prefix="plone-bench-blobs-")
     began = time.perf_counter()
-    set_up(kind, config["target"], connector, blob_dir)
+    set_up(kind, config["target"], connector, blob_dir, pgcatalog=config["catalog"] == "pgcatalog")
     out = {"setup_s": time.perf_counter() - began}
     sizes = config["docs"]
     create_folders()
-    catalog_time.install(connector, no_op=config["catalog"] == "none", extract_only=config["catalog"] == "extract")
+    catalog_time.install(connector, no_op=config["catalog"] == "none", extract_only=config["catalog"] == "extract",
+                         pgcatalog=config["catalog"] == "pgcatalog")
     out["create"], out["create_catalog"] = {}, {}
+    out["queries_cached"], out["queries_cleared"] = {}, {}
+    rounds = config["rounds"]
     done = 0
     for size in sizes:
         catalog_time.take()
@@ -419,18 +477,30 @@ def run(config: dict) -> dict:
             out["create"][size] = create_documents(done, size)
         seconds, calls = catalog_time.take()
         out["create_catalog"][size] = {"ms": seconds * 1000 / (size - done), "calls": calls / (size - done)}
+        if not done:
+            # Modified once, at the first size: the documents' count hardly matters to an edit.
+            if os.environ.get("PLONE_BENCH_PROFILE") == "modify":
+                import cProfile
+                import pstats
+
+                profiler = cProfile.Profile()
+                out["modify"] = profiler.runcall(modify_documents, min(500, size))
+                print(f"-- profile of modifying documents (catalog={config['catalog']})")
+                stats = pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative")
+                stats.print_stats(80)
+                stats.sort_stats("tottime").print_stats(40)
+            else:
+                out["modify"] = modify_documents(min(500, size))
+            seconds, calls = catalog_time.take()
+            out["modify_catalog"] = {"ms": seconds * 1000 / min(500, size), "calls": calls / min(500, size)}
         done = size
-    out["modify"] = modify_documents(min(500, done))
-    seconds, calls = catalog_time.take()
-    out["modify_catalog"] = {"ms": seconds * 1000 / min(500, done), "calls": calls / min(500, done)}
+        if not no_catalog:
+            out["queries_cached"][size] = time_queries(config["catalog"], cleared=False, rounds=rounds)
+            out["queries_cleared"][size] = time_queries(config["catalog"], cleared=True, rounds=rounds)
     if no_catalog:
-        return out  # nothing is indexed: no queries or pages to measure
-    rounds = config["rounds"]
-    out["queries_warm"] = time_queries(connector, cold=False, query_cache=True, rounds=rounds)
-    if connector:
-        out["queries_warm_uncached"] = time_queries(connector, cold=False, query_cache=False, rounds=rounds)
-    out["queries_cold"] = time_queries(connector, cold=True, query_cache=False, rounds=rounds)
-    out["pages"] = time_pages(connector, rounds)
+        return out  # nothing is indexed: no pages to measure
+    if config.get("pages", True):
+        out["pages"] = time_pages(connector, rounds)
     if connector:
         from plone_connector.catalog.views import service_stats
 

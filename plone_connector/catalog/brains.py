@@ -174,10 +174,13 @@ class LazyResults(LazyMap):
         record = self._records.get(index)
         if record is None:
             start = index - index % self._page_size
-            # Pages grow with what was read already (100, 100, 200, 400, ... up to MAX_PAGE): a
-            # caller that walks a long result (navigation trees do) needs a few requests, not one
-            # per hundred brains; one that reads a batch fetches no more than a page.
-            size = min(MAX_PAGE, max(self._page_size, len(self._records)), self._len - start)
+            size = self._page_size
+            if index - 1 in self._records:
+                # Read on from what was read: pages grow fourfold (20, 80, 400, ... up to
+                # MAX_PAGE), so a caller that walks a long result (navigation trees do) needs a few
+                # requests, while one that reads a page or jumps to a batch fetches no more.
+                size = max(size, 4 * len(self._records))
+            size = min(MAX_PAGE, size, self._len - start)
             for offset, fetched in enumerate(self._fetch_page(start, size)):
                 self._records[start + offset] = fetched
             record = self._records.get(index)

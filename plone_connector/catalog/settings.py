@@ -18,8 +18,9 @@ class ConnectorSettings:
     # 502/503/504, within the timeout; 0: as many as the timeout allows (pauses grow to 1 s).
     retries: int = 0
     pool_size: int = 20
-    # Rows per page of a lazy result; slicing past it fetches the next page.
-    page_size: int = 100
+    # Rows of a lazy result's first page when the query has no b_size (what a listing reads of
+    # it); reading on fetches pages four times the rows read so far.
+    page_size: int = 20
     cache_size: int = 2000
     # Batches a crashed process left staged (outcomes.py): resolved once staged this many seconds,
     # looked for at most this often per process (0: never; the service then aborts them, after
@@ -43,7 +44,7 @@ class ConnectorSettings:
             connect_timeout=float(env.get("CATALOG_SERVICE_CONNECT_TIMEOUT", "2")),
             retries=int(env.get("CATALOG_SERVICE_RETRIES", "0")),
             pool_size=int(env.get("CATALOG_SERVICE_POOL_SIZE", "20")),
-            page_size=int(env.get("CATALOG_SERVICE_PAGE_SIZE", "100")),
+            page_size=int(env.get("CATALOG_SERVICE_PAGE_SIZE", "20")),
             cache_size=int(env.get("CATALOG_SERVICE_CACHE_SIZE", "2000")),
             resolve_after=float(env.get("CATALOG_SERVICE_RESOLVE_AFTER", "900")),
             resolve_interval=float(env.get("CATALOG_SERVICE_RESOLVE_INTERVAL", "60")),

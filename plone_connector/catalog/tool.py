@@ -58,6 +58,8 @@ _RID_PATHS = object()
 SORT_KEYS = ("sort_on", "sort_order")
 BATCH_KEYS = ("b_start", "b_size", "sort_limit")
 MAX_UID_LENGTH = 200
+# A query's b_size up to this is fetched in its first request (Plone's listings ask for 20-100).
+WHOLE_BATCH = 100
 # Paths per request when a rebuild lists the catalog's entries (the service's b_size limit: 5000).
 PATH_PAGE = 5000
 # Slots of the uid claims (``ServiceCatalogTool._claim``): two transactions at once that change
@@ -562,7 +564,8 @@ class ServiceCatalogTool(CatalogTool):
                 return [manager.batch.batch_id]
         return []
 
-    def _service_search(self, query: dict, principals, show_inactive: bool) -> LazyResults:
+    def _service_search(self, query: dict, principals, show_inactive: bool, metadata: bool = True) -> LazyResults:
+        """``metadata``: False for a caller that reads only rids and paths (no column is fetched)."""
         client = self._client()
         catalog_id = self.catalog_id()
         batch_ids = self._own_batches(client)
@@ -570,7 +573,8 @@ class ServiceCatalogTool(CatalogTool):
         wire_query, b_start, b_size, sort_limit_stop = self._wire_query(query, unrestricted)
         page_size = client.settings.page_size
         if b_size is not None:
-            page_size = max(1, min(page_size, b_size))
+            # A batch the caller asked for is what it reads: fetched whole up to WHOLE_BATCH.
+            page_size = max(1, min(b_size, max(page_size, WHOLE_BATCH)))
         principal_key = None if principals is None else tuple(principals)
         query_text = json.dumps(wire_query, sort_keys=True, default=str)
         counter, marked = self._counter_state()
@@ -582,7 +586,7 @@ class ServiceCatalogTool(CatalogTool):
         schema = {name: i for i, name in enumerate(self._catalog.names)}
 
         def fetch(start: int, size: int):
-            key = (catalog_id, counter, principal_key, show_inactive, query_text, start, size)
+            key = (catalog_id, counter, principal_key, show_inactive, query_text, start, size, metadata)
             cached = cache.get(key)
             if cached is not None:
                 return cached
@@ -590,7 +594,7 @@ class ServiceCatalogTool(CatalogTool):
             def send(after_batch):
                 request = SearchRequest(
                     query=wire_query,
-                    metadata="*",
+                    metadata="*" if metadata else [],
                     b_start=start,
                     b_size=size,
                     batch_ids=batch_ids,
@@ -818,7 +822,8 @@ class ServiceCatalogTool(CatalogTool):
         """The rids an unrestricted query matches; their paths are kept for getpath."""
         paths = _rid_paths(self.catalog_id())
         rids = []
-        for brain in self.unrestrictedSearchResults(**query):
+        processQueue()  # as unrestrictedSearchResults
+        for brain in self._service_search(self._query_of(None, dict(query)), None, show_inactive=True, metadata=False):
             rid = brain.getRID()
             paths[rid] = brain.getPath()
             rids.append(rid)

@@ -27,8 +27,16 @@ def test_walking_a_long_result_fetches_growing_pages():
     assert list(result) == [r.path for r in all_records]
     assert MAX_PAGE == 1000
     # Pages of 100 would take 49 requests; nothing is fetched twice or past the end.
-    assert [size for _, size in calls] == [100, 200, 400, 800, 1000, 1000, 1000, 400]
-    assert [start for start, _ in calls] == [100, 200, 400, 800, 1600, 2600, 3600, 4600]
+    assert [size for _, size in calls] == [400, 1000, 1000, 1000, 1000, 500]
+    assert [start for start, _ in calls] == [100, 500, 1500, 2500, 3500, 4500]
+
+
+def test_walking_from_a_first_page_of_twenty():
+    all_records = records(500)
+    result, calls = lazy(all_records, page_size=20)
+    assert list(result) == [r.path for r in all_records]
+    # A first page of 20 (what a listing reads), then 80 and the rest: three requests in all.
+    assert calls == [(20, 80), (100, 400)]
 
 
 def test_reading_a_batch_fetches_no_more_than_it_needs():
