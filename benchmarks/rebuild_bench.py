@@ -200,6 +200,9 @@ def run_worker(args, service, workdir: Path) -> dict:
                     run_worker.seen.add(line)
                     print(line, flush=True)
     if process.returncode != 0 or not output.exists():
+        kept = Path(args.output).with_name("rebuild_failed.log")
+        kept.write_text(log.read_text(errors="replace"))
+        print(f"the worker's log: {kept}", flush=True)
         lines = log.read_text(errors="replace").splitlines()[-15:]
         raise SystemExit(f"worker exited with {process.returncode}: " + " | ".join(x.strip() for x in lines))
     probe.stopped.set()
