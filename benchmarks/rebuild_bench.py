@@ -150,6 +150,9 @@ def worker(config: dict) -> dict:
             continue
         out[name] = _phase(name, sampler)
         print(f"   {out[name]}", flush=True)
+        # What is done so far, should a later phase not end (docs/benchmarks/rebuild_partial.json).
+        partial = {**out, "samples": sampler.samples}
+        Path(config["partial"]).write_text(json.dumps(partial))
     sampler.stopped.set()
     out["samples"] = sampler.samples
     return out
@@ -183,7 +186,8 @@ def run_worker(args, service, workdir: Path) -> dict:
     output = workdir / "site.json"
     config = {"objects": args.objects, "cache": args.cache, "target": str(workdir / "site.fs"),
               "blob_dir": str(workdir / "site-blobs"), "output": str(output),
-              "service_pid": str(service.process.pid), "profile": bool(args.profile)}
+              "service_pid": str(service.process.pid), "profile": bool(args.profile),
+              "partial": str(Path(args.output).with_name("rebuild_partial.json"))}
     catalog_id = f"rebuild-{os.getpid()}"
     env = {**os.environ, "CATALOG_SERVICE_URL": service.url, "CATALOG_SERVICE_TOKEN": service.admin_token,
            "CATALOG_SERVICE_CATALOG_ID": catalog_id}
