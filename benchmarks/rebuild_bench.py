@@ -235,7 +235,8 @@ def plot(result: dict, path: Path) -> bool:
     fig, axes = plt.subplots(1, len(PHASES), figsize=(4.2 * len(PHASES), 3.6), sharey=True)
     for ax, name in zip(axes, PHASES, strict=True):
         samples = [s for s in result["samples"] if s[0] == name]
-        if not samples:
+        if not samples or name not in result:
+            ax.set_title(f"{LABELS[name]}\nnot measured", fontsize=9)
             continue
         t0 = samples[0][1]  # wall clock
         ax.plot([s[1] - t0 for s in samples], [s[2] for s in samples], label="Plone process")
@@ -272,6 +273,9 @@ def render(result: dict, args, plotted: bool) -> str:
     ]
     waits = []
     for name in PHASES:
+        if name not in result:
+            lines.append(f"| {LABELS[name]} | not measured: the run was stopped before this phase ended | | | | | | | |")
+            continue
         r = result[name]
         samples = [s for s in result["samples"] if s[0] == name]
         service_peak = max((s[3] for s in samples), default=0)
@@ -311,8 +315,18 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=150_000)
     parser.add_argument("--cache", type=int, default=30_000, help="ZODB cache size (objects) of every connection")
     parser.add_argument("--profile", metavar="DIR", help="cProfile each phase into DIR/<phase>.prof")
+    parser.add_argument("--from-partial", metavar="JSON",
+                        help="only write the report of a stopped run from its rebuild_partial.json")
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "rebuild.md"))
     args = parser.parse_args()
+
+    if args.from_partial:
+        result = json.loads(Path(args.from_partial).read_text())
+        output = Path(args.output)
+        report = render(result, args, plot(result, output.with_name("rebuild_memory.png")))
+        print(report)
+        output.write_text(report)
+        return
 
     from tests.live import start_service
     from tests.pg import create_database, drop_database
