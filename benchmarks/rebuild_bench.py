@@ -150,6 +150,9 @@ def worker(config: dict) -> dict:
             continue
         out[name] = _phase(name, sampler)
         print(f"   {out[name]}", flush=True)
+        # What is done so far, should a later phase not end (docs/benchmarks/rebuild_partial.json).
+        partial = {**out, "samples": sampler.samples}
+        Path(config["partial"]).write_text(json.dumps(partial))
     sampler.stopped.set()
     out["samples"] = sampler.samples
     return out
@@ -183,7 +186,8 @@ def run_worker(args, service, workdir: Path) -> dict:
     output = workdir / "site.json"
     config = {"objects": args.objects, "cache": args.cache, "target": str(workdir / "site.fs"),
               "blob_dir": str(workdir / "site-blobs"), "output": str(output),
-              "service_pid": str(service.process.pid), "profile": bool(args.profile)}
+              "service_pid": str(service.process.pid), "profile": bool(args.profile),
+              "partial": str(Path(args.output).with_name("rebuild_partial.json"))}
     catalog_id = f"rebuild-{os.getpid()}"
     env = {**os.environ, "CATALOG_SERVICE_URL": service.url, "CATALOG_SERVICE_TOKEN": service.admin_token,
            "CATALOG_SERVICE_CATALOG_ID": catalog_id}
@@ -200,6 +204,9 @@ def run_worker(args, service, workdir: Path) -> dict:
                     run_worker.seen.add(line)
                     print(line, flush=True)
     if process.returncode != 0 or not output.exists():
+        kept = Path(args.output).with_name("rebuild_failed.log")
+        kept.write_text(log.read_text(errors="replace"))
+        print(f"the worker's log: {kept}", flush=True)
         lines = log.read_text(errors="replace").splitlines()[-15:]
         raise SystemExit(f"worker exited with {process.returncode}: " + " | ".join(x.strip() for x in lines))
     probe.stopped.set()
@@ -228,7 +235,8 @@ def plot(result: dict, path: Path) -> bool:
     fig, axes = plt.subplots(1, len(PHASES), figsize=(4.2 * len(PHASES), 3.6), sharey=True)
     for ax, name in zip(axes, PHASES, strict=True):
         samples = [s for s in result["samples"] if s[0] == name]
-        if not samples:
+        if not samples or name not in result:
+            ax.set_title(f"{LABELS[name]}\nnot measured", fontsize=9)
             continue
         t0 = samples[0][1]  # wall clock
         ax.plot([s[1] - t0 for s in samples], [s[2] for s in samples], label="Plone process")
@@ -265,6 +273,9 @@ def render(result: dict, args, plotted: bool) -> str:
     ]
     waits = []
     for name in PHASES:
+        if name not in result:
+            lines.append(f"| {LABELS[name]} | not measured: the run was stopped before this phase ended | | | | | | | |")
+            continue
         r = result[name]
         samples = [s for s in result["samples"] if s[0] == name]
         service_peak = max((s[3] for s in samples), default=0)
@@ -304,8 +315,18 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=150_000)
     parser.add_argument("--cache", type=int, default=30_000, help="ZODB cache size (objects) of every connection")
     parser.add_argument("--profile", metavar="DIR", help="cProfile each phase into DIR/<phase>.prof")
+    parser.add_argument("--from-partial", metavar="JSON",
+                        help="only write the report of a stopped run from its rebuild_partial.json")
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "rebuild.md"))
     args = parser.parse_args()
+
+    if args.from_partial:
+        result = json.loads(Path(args.from_partial).read_text())
+        output = Path(args.output)
+        report = render(result, args, plot(result, output.with_name("rebuild_memory.png")))
+        print(report)
+        output.write_text(report)
+        return
 
     from tests.live import start_service
     from tests.pg import create_database, drop_database
