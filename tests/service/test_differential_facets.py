@@ -200,6 +200,12 @@ def test_facet_counts_are_zcatalogs_per_user(service_catalog, anonymous, case):
             if raised is not None:
                 assert 400 <= status < 500, f"ZCatalog raises {raised}, the service answered {status}: {body}"
                 continue
+            if user == "anonymous" and status == 400 and body.get("title") == "Invalid parameter" \
+                    and body.get("parameter") in query:
+                # The public route types each value by its index and refuses one that does not
+                # fit (docs/api.md, "Values typed per index": '' for a GopipIndex), where ZCatalog
+                # compares whatever it is given; the connector's route below answers as ZCatalog.
+                continue
             assert status == 200, f"the service answered {status}: {body}"
             assert list(body["facets"]) == list(expected)
             for facet in facets:
