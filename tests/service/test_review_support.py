@@ -37,19 +37,22 @@ def new_catalog(admin: httpx.Client, indexes=INDEXES, metadata=("Title",)) -> tu
     return name, response.json()["token"]
 
 
-def post(service: LiveService, url: str, token: str | None | bool = False, **kw) -> httpx.Response:
-    """One request on a fresh connection: a 500 closes the connection it was sent on."""
-    headers = kw.pop("headers", {})
+def _headers(service: LiveService, token: str | None | bool, given: dict | None) -> dict:
+    """The request's headers: a copy of the caller's (a shared dict such as test_api.UNRESTRICTED
+    must never get another test's Authorization), with the token's (None: the admin's)."""
+    headers = dict(given or {})
     if token is not False:
         headers["Authorization"] = f"Bearer {token or service.admin_token}"
-    return httpx.post(service.url + url, headers=headers, timeout=30, **kw)
+    return headers
+
+
+def post(service: LiveService, url: str, token: str | None | bool = False, **kw) -> httpx.Response:
+    """One request on a fresh connection: a 500 closes the connection it was sent on."""
+    return httpx.post(service.url + url, headers=_headers(service, token, kw.pop("headers", None)), timeout=30, **kw)
 
 
 def get(service: LiveService, url: str, token: str | None | bool = False, **kw) -> httpx.Response:
-    headers = kw.pop("headers", {})
-    if token is not False:
-        headers["Authorization"] = f"Bearer {token or service.admin_token}"
-    return httpx.get(service.url + url, headers=headers, timeout=30, **kw)
+    return httpx.get(service.url + url, headers=_headers(service, token, kw.pop("headers", None)), timeout=30, **kw)
 
 
 def uids_of(response: httpx.Response) -> list[str]:
