@@ -24,3 +24,25 @@ def difference(stock, ours, where: str = "") -> list[str]:
     if isinstance(stock, list) and isinstance(ours, list) and len(stock) == len(ours):
         return [d for i, (a, b) in enumerate(zip(stock, ours, strict=True)) for d in difference(a, b, f"{where}[{i}]")]
     return [] if stock == ours else [f"{where}: stock {stock!r}, ours {ours!r}"]
+
+
+USE_RESTAPI = "plone.restapi: Use REST API"
+
+
+def grant_restapi_on_stock() -> tuple[list[str], bool]:
+    """Grant on the stock site what plone.restapi's profile grants (the layer does not install it
+    there); returns the permission's settings before, for ``restore_restapi_on_stock``."""
+    from tests.connector.sites import STOCK, on_site
+
+    with on_site(STOCK) as site:
+        saved = ([r["name"] for r in site.rolesOfPermission(USE_RESTAPI) if r["selected"]],
+                 bool(site.acquiredRolesAreUsedBy(USE_RESTAPI)))
+        site.manage_permission(USE_RESTAPI, ["Anonymous", "Authenticated", "Manager"], acquire=True)
+    return saved
+
+
+def restore_restapi_on_stock(saved: tuple[list[str], bool]) -> None:
+    from tests.connector.sites import STOCK, on_site
+
+    with on_site(STOCK) as site:
+        site.manage_permission(USE_RESTAPI, saved[0], acquire=saved[1])

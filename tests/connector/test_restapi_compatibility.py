@@ -19,7 +19,7 @@ from plone import api
 from plone.testing import zope
 from plone.uuid.interfaces import IMutableUUID
 
-from tests.connector.restapi_compare import difference
+from tests.connector.restapi_compare import difference, grant_restapi_on_stock, restore_restapi_on_stock
 from tests.connector.sites import CONNECTED, PASSWORD, SITES, STOCK, delete_from, on_site, service_catalog_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
@@ -28,7 +28,6 @@ ROOT = "rc"
 BASE = f"/{STOCK}/{ROOT}"
 DAY = "2025-03-01"
 USERS = (None, "member")
-USE_RESTAPI = "plone.restapi: Use REST API"
 
 CONTENT = [
     # (path in ROOT, type, title, subjects, description, state)
@@ -79,11 +78,7 @@ def compared_sites(plone_sites, catalog_service):
     for name in SITES:
         with on_site(name) as site:
             build(site)
-    with on_site(STOCK) as site:
-        # What plone.restapi's profile grants (the layer does not install it on the stock site).
-        saved = ([r["name"] for r in site.rolesOfPermission(USE_RESTAPI) if r["selected"]],
-                 bool(site.acquiredRolesAreUsedBy(USE_RESTAPI)))
-        site.manage_permission(USE_RESTAPI, ["Anonymous", "Authenticated", "Manager"], acquire=True)
+    saved = grant_restapi_on_stock()
     catalog_id = service_catalog_id(CONNECTED)
     with on_site(CONNECTED, commit=False) as site:
         type_titles = {fti.getId(): str(fti.Title()) for fti in site.portal_types.objectValues()}
@@ -96,8 +91,7 @@ def compared_sites(plone_sites, catalog_service):
         assert r.status_code == 200, r.text
         token = admin.post(f"/catalogs/{catalog_id}/tokens", json={"principals": principals}).json()["token"]
     yield catalog_id, {"member": token}
-    with on_site(STOCK) as site:
-        site.manage_permission(USE_RESTAPI, saved[0], acquire=saved[1])
+    restore_restapi_on_stock(saved)
     for name in SITES:
         delete_from(name, ROOT)
 

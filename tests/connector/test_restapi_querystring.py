@@ -23,7 +23,7 @@ from plone import api
 from plone.testing import zope
 from plone.uuid.interfaces import IMutableUUID
 
-from tests.connector.restapi_compare import difference
+from tests.connector.restapi_compare import difference, grant_restapi_on_stock, restore_restapi_on_stock
 from tests.connector.sites import CONNECTED, PASSWORD, SITES, STOCK, delete_from, on_site, service_catalog_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.plone]
@@ -32,7 +32,6 @@ P = "plone.app.querystring.operation."
 ROOT = "rq"
 DAY = "2025-03-01"
 USERS = (None, "member")
-USE_RESTAPI = "plone.restapi: Use REST API"
 UID_PREFIX = "c0ffee01"
 
 CONTENT = [
@@ -94,10 +93,7 @@ def compared_sites(plone_sites, catalog_service):
     for name in SITES:
         with on_site(name) as site:
             build(site)
-    with on_site(STOCK) as site:
-        saved = ([r["name"] for r in site.rolesOfPermission(USE_RESTAPI) if r["selected"]],
-                 bool(site.acquiredRolesAreUsedBy(USE_RESTAPI)))
-        site.manage_permission(USE_RESTAPI, ["Anonymous", "Authenticated", "Manager"], acquire=True)
+    saved = grant_restapi_on_stock()
     catalog_id = service_catalog_id(CONNECTED)
     with on_site(CONNECTED, commit=False) as site:
         member = site.acl_users.getUserById("member")
@@ -114,8 +110,7 @@ def compared_sites(plone_sites, catalog_service):
         token = admin.post(f"/catalogs/{catalog_id}/tokens",
                            json={"principals": principals, "show_inactive": True}).json()["token"]
     yield catalog_id, {"member": token}
-    with on_site(STOCK) as site:
-        site.manage_permission(USE_RESTAPI, saved[0], acquire=saved[1])
+    restore_restapi_on_stock(saved)
     for name in SITES:
         delete_from(name, ROOT)
 
