@@ -67,7 +67,12 @@ def public_limits_of(s: Settings) -> Limits:
 
 
 def limits_for(request: Request, trusted: bool = True) -> Limits:
-    state = request.app.state
+    return state_limits(request.app.state, trusted)
+
+
+def state_limits(state, trusted: bool = True) -> Limits:
+    """The application's limits for callers with the service credential, or (``trusted`` false)
+    without it, made once from its settings."""
     name = "limits" if trusted else "public_limits"
     lim = getattr(state, name, None)
     if lim is None:

@@ -16,7 +16,7 @@ from ..metrics import QUERIES
 from ..planner.plan import SECURITY_INDEX, Limits
 from ..store.search import Answer, StaleSchema, search
 from .auth import Caller, Credential, identify, security_for
-from .deps import HEADERS, body_schema, credential_of, idempotent, limits_for, public_limits_of, read_body
+from .deps import HEADERS, body_schema, credential_of, idempotent, limits_for, read_body, state_limits
 from .problems import CATALOG_ERRORS, errors
 
 router = APIRouter(tags=["search"], responses=errors(400, *CATALOG_ERRORS, 413))
@@ -50,7 +50,7 @@ async def searched(conn, state, catalog, body: SearchRequest, cred: Credential, 
     if body.batch_ids:
         raise Forbidden("only the connector may see staged batches")
     security = security_for(caller, cred, body.show_inactive, datetime.now(UTC))
-    bounded = public_limits(state)
+    bounded = state_limits(state, trusted=False)
     timeout = state.settings.public_search_timeout
     if timeout <= 0:
         return await runner(conn, catalog, body, security, bounded, counts=state.counts, facet_cache=state.facet_counts)
@@ -62,14 +62,6 @@ async def searched(conn, state, catalog, body: SearchRequest, cred: Credential, 
         # asyncpg cancelled the statement on the server.
         raise LimitExceeded(f"the search took longer than {timeout:g} s, the most for a search without the "
                             f"service credential; narrow it") from None
-
-
-def public_limits(state) -> Limits:
-    """The limits of a caller without the service credential (api.deps.public_limits_of)."""
-    lim = getattr(state, "public_limits", None)
-    if lim is None:
-        lim = state.public_limits = public_limits_of(state.settings)
-    return lim
 
 
 async def _search_on(conn, request: Request, name: str, body: SearchRequest, cred: Credential,

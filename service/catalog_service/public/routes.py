@@ -101,6 +101,11 @@ async def search_post(request: Request, catalog: str):
     return Response(answer.body, media_type="application/json")
 
 
+IF_NONE_MATCH = {"name": "if-none-match", "in": "header", "required": False, "schema": {"type": "string"},
+                 "description": "An ETag of an earlier answer: 304 while the answer is unchanged"}
+NOT_MODIFIED = {304: {"description": "Not modified: the ETag given in If-None-Match is current"}}
+
+
 GET_PARAMETERS = {"parameters": [
     {"name": "q", "in": "query", "required": False, "schema": {"type": "string"},
      "description": 'A ZCatalog query as JSON, e.g. {"portal_type": "Document", "sort_on": "modified"}'},
@@ -122,8 +127,7 @@ GET_PARAMETERS = {"parameters": [
      "schema": {"type": "object", "additionalProperties": {"type": "string"}},
      "description": "Any other parameter names an index (or an index option: path.query, path.depth:int, "
                     "created.range) in Zope's form syntax, e.g. portal_type=Document&Subject:list=news"},
-    {"name": "if-none-match", "in": "header", "required": False, "schema": {"type": "string"},
-     "description": "An ETag of an earlier answer: 304 while the answer is unchanged"},
+    IF_NONE_MATCH,
     *HEADERS["parameters"],
 ]}
 
@@ -222,9 +226,6 @@ async def _restapi_search(request: Request, name: str, form: dict) -> Answer:
     return await restapi_response(request, name, query_for, metadata_fields)
 
 
-IF_NONE_MATCH = {"name": "if-none-match", "in": "header", "required": False, "schema": {"type": "string"},
-                 "description": "An ETag of an earlier answer: 304 while the answer is unchanged"}
-NOT_MODIFIED = {304: {"description": "Not modified: the ETag given in If-None-Match is current"}}
 
 
 @router.get("/{catalog}/@search", response_model=RestapiSearchResult,
