@@ -139,7 +139,7 @@ def worker(config: dict) -> dict:
     sampler = Sampler(config.get("service_pid"))
     sampler.start()
     out = {"objects": config["objects"], "cache": config["cache"], "generate_s": _generate(config["objects"])}
-    for name in PHASES:
+    for name in config["phases"]:
         print(f"-- {name}", flush=True)
         if config.get("profile"):
             import cProfile
@@ -187,7 +187,7 @@ def run_worker(args, service, workdir: Path) -> dict:
     config = {"objects": args.objects, "cache": args.cache, "target": str(workdir / "site.fs"),
               "blob_dir": str(workdir / "site-blobs"), "output": str(output),
               "service_pid": str(service.process.pid), "profile": bool(args.profile),
-              "partial": str(Path(args.output).with_name("rebuild_partial.json"))}
+              "partial": str(Path(args.output).with_name("rebuild_partial.json")), "phases": args.phases}
     catalog_id = f"rebuild-{os.getpid()}"
     env = {**os.environ, "CATALOG_SERVICE_URL": service.url, "CATALOG_SERVICE_TOKEN": service.admin_token,
            "CATALOG_SERVICE_CATALOG_ID": catalog_id}
@@ -303,6 +303,14 @@ def render(result: dict, args, plotted: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _phases(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in PHASES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown phase(s) {unknown}: choose from {', '.join(PHASES)}")
+    return names
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         config = json.loads(sys.argv[2])
@@ -314,6 +322,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--objects", type=int, default=150_000)
     parser.add_argument("--cache", type=int, default=30_000, help="ZODB cache size (objects) of every connection")
+    parser.add_argument("--phases", type=_phases, default=list(PHASES),
+                        help="the phases to run, comma-separated, in this order (default: all of %(default)s)")
     parser.add_argument("--profile", metavar="DIR", help="cProfile each phase into DIR/<phase>.prof")
     parser.add_argument("--from-partial", metavar="JSON",
                         help="only write the report of a stopped run from its rebuild_partial.json")

@@ -44,7 +44,11 @@ class Progress:
         if self.pghandler is not None:
             self.pghandler.report(self.done)
         if self.done % self.every == 0:
-            logger.info("%s: %d/%d objects, %.0f objects/s", self.what, self.done, self.expected, self.rate())
+            if self.done <= self.expected:
+                logger.info("%s: %d/%d objects, %.0f objects/s", self.what, self.done, self.expected, self.rate())
+            else:  # the estimate (the catalog's size before) was short
+                logger.info("%s: %d objects (%d expected), %.0f objects/s", self.what, self.done, self.expected,
+                            self.rate())
 
     def info(self, text: str) -> None:
         if self.pghandler is not None:

@@ -233,6 +233,11 @@ class ServiceCatalogTool(CatalogTool):
         if not isinstance(uid, str):
             raise CatalogError("The object unique id must be a string.")
         key = catalog_uid(uid)
+        if idxs and update_metadata and set(idxs) >= set(self._catalog.indexes.keys()):
+            # Every index and the metadata (Plone's clearFindAndRebuild names them all): what
+            # ZCatalog does for no idxs, sent as a whole entry, which the service commits without
+            # merging it into a row the catalog may not have.
+            idxs = []
         if idxs:
             manager = self._manager(create=False)
             if manager is not None and manager.batch.flushed.get(key) in ("f", "p"):
