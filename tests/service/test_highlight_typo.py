@@ -284,3 +284,28 @@ def test_a_member_who_may_see_the_private_object_gets_its_word(live_service, cat
     # The member-only object is visible to members: its word is corrected for them, not for Anonymous.
     assert search(live_service, secret, joe, SearchableText="memebrs", typo="1")["did_you_mean"] == "members"
     assert search(live_service, secret, SearchableText="memebrs", typo="1")["did_you_mean"] is None
+
+
+def test_without_fuzzystrmatch_corrections_are_one_edit(live_service, catalogs):
+    """The database without the extension (as where it may not be created): one-edit corrections
+    still, by generated words; two-edit ones are missing, and nothing fails."""
+    import asyncio
+
+    import asyncpg
+
+    async def extension(sql: str) -> None:
+        conn = await asyncpg.connect(live_service.database_url)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    name = catalogs[1][0]
+    assert search(live_service, name, SearchableText="fratrenitte", typo="1")["did_you_mean"] == "fraternite"
+    asyncio.run(extension("drop extension fuzzystrmatch"))
+    try:
+        assert search(live_service, name, SearchableText="fratrenitte", typo="1")["corrections"] == {}
+        assert search(live_service, name, SearchableText="fraternitte", typo="1")["did_you_mean"] == "fraternite"
+        assert search(live_service, name, SearchableText="muesum", typo="1")["did_you_mean"] == "museum"
+    finally:
+        asyncio.run(extension("create extension if not exists fuzzystrmatch"))

@@ -133,7 +133,8 @@ async def stored_words(conn, catalog: Catalog, limits, security: Security, uids:
     words = ", ".join(f"jsonb_path_query_array({catalog.schema.indexes[n].json}, '$[0 to {SCAN_WORDS}]')::text"
                       for n in indexes)
     sql = (f"select o.uid, array[{words}] as words from {source} o "
-           f"where o.uid = any({params.add(uids, 'text[]')}) and {visible}")
+           f"where o.catalog_id = {params.add(catalog.id, 'integer')} and o.uid = any({params.add(uids, 'text[]')}) "
+           f"and {visible}")  # the primary key is (catalog_id, uid)
     rows = await conn.fetch(sql, *params.values)
     return {r["uid"]: [orjson.loads(w) if w else [] for w in r["words"]] for r in rows}
 

@@ -11,16 +11,19 @@ corrected at all depends on visible objects only too: a word that only private c
 treated as a word the catalog lacks.
 
 The corrected matches follow the exact ones: a second search of the query with each corrected
-word ``w`` replaced by ``(w OR c1 OR c2 OR c3)``, and, when the exact query found something,
+word replaced by its corrections (``c1 OR c2 OR c3``; the word itself adds nothing visible), and, when the exact query found something,
 ``AND NOT (the original text)`` so that no object is listed twice. The page is cut from the exact
 result followed by the corrected one; ``items_total`` counts both.
 
-Candidates come from fuzzystrmatch's ``levenshtein_less_equal`` over the index's lexicon words of
-about the right length (the distance allowed is twice the budget, since Levenshtein counts a
-transposition as two edits; the optimal string alignment distance is then computed here). Where
-the database lacks fuzzystrmatch (migration 0009 creates it where it may), the words one edit
-away are generated and looked up by the lexicon's primary key: two-edit corrections are then
-missing (docs/decisions/0020).
+Candidates one edit away are generated (``text.typos.edits1``: a few hundred strings) and looked
+up by the lexicon's primary key. Two edits would be too many strings to generate, so for words of
+9 characters or more fuzzystrmatch's ``levenshtein_less_equal`` compares the index's lexicon words
+of about the right length (the distance allowed there is twice the budget, since Levenshtein
+counts a transposition as two edits; the optimal string alignment distance is then computed
+here), only when no word one edit away is found: a scan of the index's lexicon, about 50 ms for
+220,000 words (docs/decisions/0020). Where
+the database lacks fuzzystrmatch (migration 0009 creates it where it may), long words get
+one-edit corrections only.
 """
 
 from __future__ import annotations
@@ -161,10 +164,14 @@ async def find_corrections(conn, catalog: Catalog, limits, security: Security, q
     for word in [w for w in positive_atoms(tree) if edit_budget(w)][:MAX_WORDS]:
         if await _visibly_held(conn, catalog, limits, security, index, word):
             continue
-        if fuzzy is None:
-            fuzzy = await _has_levenshtein(conn)
         budget = edit_budget(word)
-        best = rank(word, budget, await _candidates(conn, catalog, limits, security, index, word, budget, fuzzy))
+        best = rank(word, 1, await _candidates(conn, catalog, limits, security, index, word, 1, fuzzy=False))
+        if not best and budget > 1:
+            if fuzzy is None:
+                fuzzy = await _has_levenshtein(conn)
+            if fuzzy:
+                best = rank(word, budget, await _candidates(conn, catalog, limits, security, index, word, budget,
+                                                            fuzzy=True))
         if best:
             corrections[word] = best
     if not corrections:

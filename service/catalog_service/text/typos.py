@@ -6,8 +6,8 @@ with corrections put in. Pure functions, no I/O (``public/typo.py`` finds the ca
 - :func:`edit_distance`: the optimal string alignment distance (Levenshtein's insertions,
   deletions and substitutions, plus the transposition of two adjacent characters as one edit,
   the commonest typing slip: ``muesum`` is one edit from ``museum``, two for Levenshtein).
-- :func:`corrected`: a parsed query with each corrected word ``w`` replaced by
-  ``(w OR c1 OR c2)``; :func:`query_text` writes a tree back as ZCTextIndex query text, so the
+- :func:`corrected`: a parsed query with each corrected word replaced by its corrections
+  (``c1 OR c2``); :func:`query_text` writes a tree back as ZCTextIndex query text, so the
   corrected query runs through the planner like any other (``parse_query(query_text(t)) == t``).
 """
 
@@ -81,11 +81,15 @@ def positive_atoms(node: Node) -> list[str]:
 
 
 def corrected(node: Node, corrections: Mapping[str, Iterable[str]]) -> Node:
-    """``node`` with every positive atom ``w`` that ``corrections`` names replaced by
-    ``(w OR c1 OR ...)``; ``NOT`` parts kept as they are."""
+    """``node`` with every positive atom ``w`` that ``corrections`` names replaced by its
+    corrections, ``c1`` or ``(c1 OR c2 ...)``; ``NOT`` parts kept as they are. ``w`` itself is
+    left out: it is corrected because no object the caller may see holds it, so it adds no match
+    and no score, and a single correction keeps a one-word query on the fast relevance path
+    (docs/decisions/0007)."""
     match node:
         case Atom(word) if corrections.get(word):
-            return Or((node, *(Atom(c) for c in corrections[word])))
+            found = [Atom(c) for c in corrections[word]]
+            return found[0] if len(found) == 1 else Or(tuple(found))
         case And(children):
             return And(tuple(c if isinstance(c, Not) else corrected(c, corrections) for c in children))
         case Or(children):
