@@ -177,6 +177,8 @@ def test_a_misspelled_word_finds_what_the_right_word_finds(live_service, catalog
     # Short words are not corrected; two edits for long words.
     assert search(live_service, name, SearchableText="nigt", typo="1")["corrections"] == {}
     assert search(live_service, name, SearchableText="fratrenitte", typo="1")["did_you_mean"] == "fraternite"
+    # Plone's search form sends the last word as a prefix: the prefix is corrected.
+    assert search(live_service, name, SearchableText="garden muesum*", typo="1")["did_you_mean"] == "garden museum*"
 
 
 def test_corrected_matches_follow_the_exact_ones_across_pages(live_service, catalogs):
@@ -205,6 +207,22 @@ def test_typo_on_restapi_search_and_with_highlight(live_service, catalogs):
     assert [i["highlight"] for i in answer["items"]] == [{"Title": "The <mark>Museum</mark>"}, {}]
 
 
+def test_typo_and_highlight_on_querystring_search(live_service, catalogs):
+    name = catalogs[1][0]
+    body = {"query": [{"i": "SearchableText", "o": "plone.app.querystring.operation.string.contains",
+                       "v": "muesum"}], "sort_on": "getId"}
+    with live_service.client(token=False) as client:
+        r = client.post(f"/{name}/@querystring-search", params={"typo": "true", "highlight": "Title"}, json=body)
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        # The text query as plone.app.querystring makes it: every word a prefix.
+        assert answer["did_you_mean"] == "museum*" and answer["items_total"] == 2
+        assert answer["corrections"] == {"muesum": ["museum"]}
+        assert [i["highlight"] for i in answer["items"]] == [{"Title": "The <mark>Museum</mark>"}, {}]
+        plain = client.post(f"/{name}/@querystring-search", json=body)
+        assert plain.json()["items_total"] == 0 and "did_you_mean" not in plain.json()
+
+
 def test_without_the_parameters_answers_are_byte_identical(live_service, catalogs):
     name = catalogs[0][0]
     with live_service.client(token=False) as client:
@@ -229,6 +247,8 @@ PROBES = [
     *({"SearchableText": w[:3] + w[4] + w[3] + w[5:]} for w in SECRETS.values()),  # a transposition
     *({"SearchableText": w[:-2] + "qq"} for w in SECRETS.values()),  # two substitutions
     *({"SearchableText": f"garden OR {w}x"} for w in SECRETS.values()),
+    *({"SearchableText": f"garden {w[:-2]}x*"} for w in SECRETS.values()),  # a prefix, as Plone's form sends
+    {"SearchableText": "gardenz*"},  # a prefix only invisible objects' words have
     {"SearchableText": "museums"},  # held by invisible objects only, one edit from 'museum'
     {"SearchableText": "gardenz"},  # the same, one edit from 'garden'
     {"SearchableText": "museumz"},  # one edit from both 'museum' and 'museums'

@@ -172,6 +172,9 @@ def test_corrected_query_parses_back_and_keeps_not_parts():
     assert parse_query(query_text(fixed)) == fixed
     assert fixed.children[1] == Or((Atom("museum"), Atom("museums")))
     assert corrected(tree, {"muesum": ["museum"]}).children[1] == Atom("museum")
+    globbed = parse_query("garden muesum* mu*e?")
+    assert positive_atoms(globbed) == ["garden", "muesum"]
+    assert query_text(corrected(globbed, {"muesum": ["museum", "museums"]})) == '("garden") AND (museum*) AND (mu*e?)'
     assert fixed.children[2] == tree.children[2]
 
 

@@ -65,6 +65,12 @@ class SearchExtras:
         check_page_size(b_size)
         return sorted(self.fields.metadata)
 
+    def metadata(self, catalog: Catalog, b_size: int | None, read):
+        """:meth:`prepare`, and ``read`` (the metadata the search reads: names, or ``"*"`` or
+        None for all) with the columns the highlights read."""
+        highlighted = self.prepare(catalog, b_size)
+        return read if read in (None, "*") else list(dict.fromkeys([*read, *highlighted]))
+
     async def after(self, catalog: Catalog, reader, body, page: Page) -> Page:
         """The page with the corrected matches after the exact ones (typo), its highlights read."""
         if self.typo:

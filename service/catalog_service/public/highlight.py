@@ -114,12 +114,14 @@ def query_terms(query: dict, catalog: Catalog) -> QueryTerms:
     return terms
 
 
-def visible_rows(catalog: Catalog, limits, security: Security, params: Params) -> tuple[str, str]:
+def visible_rows(catalog: Catalog, limits, security: Security, params: Params, query: dict | None = None
+                 ) -> tuple[str, str]:
     """(the catalog's committed rows, alias ``o``, and the SQL of the caller's security and
-    effective-date conditions on them), as the search applies them (planner.select_rows), their
-    values added to ``params``."""
+    effective-date conditions on them, and of ``query``'s if given), as the search applies them
+    (planner.select_rows), their values added to ``params``."""
     overlay = rows_overlay(catalog.schema, (), params)
-    return overlay.source, all_of(select_rows({}, catalog.schema, limits, security, params, overlay).conditions)
+    selection = select_rows(query or {}, catalog.schema, limits, security, params, overlay)
+    return overlay.source, all_of(selection.conditions)
 
 
 async def stored_words(conn, catalog: Catalog, limits, security: Security, uids: list[str],

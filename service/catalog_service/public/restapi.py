@@ -318,8 +318,7 @@ async def restapi_response(request: Request, name: str, query: dict | Callable[[
         shape.update(b_start=b_start, b_size=page_size)
         shape["fields"], read = summary_fields(metadata_fields, catalog, strict)
         if extras is not None:
-            highlighted = extras.prepare(catalog, page_size)
-            read = read if read == "*" else list(dict.fromkeys([*read, *highlighted]))
+            read = extras.metadata(catalog, page_size, read)
         body = {"query": catalog_query, "metadata": read}
         if "b_size" not in catalog_query and "sort_limit" not in catalog_query:
             # The catalog's result unbatched, then the page of it (HypermediaBatch): that page only.

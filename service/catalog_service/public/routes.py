@@ -87,8 +87,7 @@ async def _public_search(request: Request, name: str, body: SearchRequest,
         else:
             b_size = DEFAULT_B_SIZE  # never the whole catalog
         if extras is not None:
-            highlighted = extras.prepare(catalog, None if b_size is None else integer(b_size, "b_size"))
-            read = None if read is None else list(dict.fromkeys([*read, *highlighted]))
+            read = extras.metadata(catalog, None if b_size is None else integer(b_size, "b_size"), read)
         return body.model_copy(update={"query": query, "metadata": read,
                                        "b_size": None if b_size is None else integer(b_size, "b_size")})
 
@@ -284,7 +283,7 @@ QUERYSTRING_GET = {"parameters": [
      "description": "The first item of the page, when the JSON does not name one (batching links)"},
     {"name": "b_size", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1},
      "description": "Items per page, when the JSON does not name them"},
-    IF_NONE_MATCH, *HEADERS["parameters"],
+    *EXTRA_DESCRIPTIONS, IF_NONE_MATCH, *HEADERS["parameters"],
 ]}
 QUERYSTRING_POST = {**body_schema(QuerystringSearchRequest), "parameters": [
     {"name": "b_start", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0},
@@ -294,7 +293,7 @@ QUERYSTRING_POST = {**body_schema(QuerystringSearchRequest), "parameters": [
     {"name": "metadata_fields", "in": "query", "required": False, "style": "form", "explode": True,
      "schema": {"type": "array", "items": {"type": "string"}},
      "description": "Metadata columns to add to each item (instead of the body's)"},
-    *HEADERS["parameters"],
+    *EXTRA_DESCRIPTIONS, *HEADERS["parameters"],
 ]}
 
 
@@ -302,14 +301,16 @@ async def _querystring_get(request: Request, catalog: str, context_path: str) ->
     form = url_form(request, GET_URL_PARAMETERS)
     # Only the batching parameters beside the JSON (the GET form's fields are the JSON's).
     search = read_search(body_of_get(form), {k: v for k, v in form.items() if k in ("b_start", "b_size")}, request)
+    extras = SearchExtras.of(form.get("highlight"), form.get("typo"))
     return await conditional_search(request, catalog,
-                                    lambda: querystring_search(request, catalog, search, context_path))
+                                    lambda: querystring_search(request, catalog, search, context_path, extras))
 
 
 async def _querystring_post(request: Request, catalog: str, context_path: str) -> Response:
     form = url_form(request, POST_URL_PARAMETERS)
     search = read_search(json_object(await request.body()), form, request)
-    answer = await querystring_search(request, catalog, search, context_path)
+    extras = SearchExtras.of(form.get("highlight"), form.get("typo"))
+    answer = await querystring_search(request, catalog, search, context_path, extras)
     return Response(answer.body, media_type="application/json")
 
 

@@ -38,7 +38,7 @@ from ..planner.plan import Security
 from ..planner.sql import Params
 from ..store.catalogs import Catalog
 from ..store.search import Page, search_page
-from ..text import TextQueryError, parse_query
+from ..text import And, Glob, Node, Not, Or, TextQueryError, parse_query
 from ..text.typos import (
     corrected,
     did_you_mean,
@@ -46,6 +46,7 @@ from ..text.typos import (
     edit_distance,
     edits1,
     positive_atoms,
+    prefix_of,
     query_text,
     round_trips,
 )
@@ -88,8 +89,9 @@ def corrected_index(query: dict, catalog: Catalog) -> str | None:
 
 @dataclass(frozen=True)
 class _Visible:
-    """An index's word condition on the rows the caller may see: ``holds(word_sql)`` is the SQL
-    of "a visible row of the catalog holds the word", with ``params`` holding its values."""
+    """The rows the caller may see and one text index's words: ``rows_holding(word_sql, limit)``
+    is the SQL of how many visible rows hold the word (counted up to ``limit``), ``params``
+    holding the values."""
 
     source: str
     where: str
@@ -107,9 +109,11 @@ def _visible(catalog: Catalog, limits, security: Security, index: str) -> _Visib
     return _Visible(source, where, catalog.schema.indexes[index].json, params)
 
 
-async def _visibly_held(conn, catalog: Catalog, limits, security: Security, index: str, word: str) -> bool:
-    v = _visible(catalog, limits, security, index)
-    return bool(await conn.fetchval(f"select {v.rows_holding(v.params.add(word, 'text'), '1')}", *v.params.values))
+async def _visibly_held(conn, catalog: Catalog, limits, security: Security, index: str, text: str) -> bool:
+    """Whether an object the caller may see matches the text query ``text`` in ``index``."""
+    params = Params()
+    source, where = visible_rows(catalog, limits, security, params, {index: text})
+    return bool(await conn.fetchval(f"select exists (select 1 from {source} o where {where})", *params.values))
 
 
 async def _has_levenshtein(conn) -> bool:
@@ -140,7 +144,7 @@ async def _candidates(conn, catalog: Catalog, limits, security: Security, index:
 
 def rank(word: str, budget: int, found: list[tuple[str, int]]) -> list[str]:
     """The best MAX_CANDIDATES of ``found``: within the budget (optimal string alignment), nearest
-    first, then the most held, then in code point order."""
+    first, then the most held (by visible objects), then in code point order."""
     scored = []
     for candidate, docs in found:
         distance = edit_distance(word, candidate, budget)
@@ -161,8 +165,10 @@ async def find_corrections(conn, catalog: Catalog, limits, security: Security, q
         return Typos(index=index)
     fuzzy: bool | None = None
     corrections: dict[str, list[str]] = {}
+    globbed = {prefix_of(g) for g in _globs(tree)}
     for word in [w for w in positive_atoms(tree) if edit_budget(w)][:MAX_WORDS]:
-        if await _visibly_held(conn, catalog, limits, security, index, word):
+        searched_as = word + "*" if word in globbed else f'"{word}"'
+        if await _visibly_held(conn, catalog, limits, security, index, searched_as):
             continue
         budget = edit_budget(word)
         best = rank(word, 1, await _candidates(conn, catalog, limits, security, index, word, 1, fuzzy=False))
@@ -178,6 +184,15 @@ async def find_corrections(conn, catalog: Catalog, limits, security: Security, q
         return Typos(index=index)
     return Typos(index=index, corrections=corrections,
                  did_you_mean=did_you_mean(text, {w: c[0] for w, c in corrections.items()}))
+
+
+def _globs(node: Node) -> list[Glob]:
+    match node:
+        case Glob():
+            return [node]
+        case And(children) | Or(children):
+            return [g for c in children if not isinstance(c, Not) for g in _globs(c)]
+    return []
 
 
 def corrected_query(query: dict, typos: Typos, exclude_exact: bool) -> dict:

@@ -21,7 +21,7 @@ from .pipeline import normalize_word
 from .query import And, Atom, Glob, Node, Not, Or, Phrase, TextQueryError, parse_query
 
 __all__ = ["corrected", "did_you_mean", "edit_budget", "edit_distance", "edits1", "positive_atoms",
-           "query_text", "round_trips"]
+           "prefix_of", "query_text", "round_trips"]
 
 SHORTEST_CORRECTED = 5
 ONE_EDIT_UP_TO = 8
@@ -70,11 +70,21 @@ def edits1(word: str, letters: str = ASCII_LETTERS) -> set[str]:
     return found
 
 
+def prefix_of(glob: Glob) -> str | None:
+    """The word of a glob that is a word and one trailing ``*`` (what Plone's search form and
+    plone.app.querystring's ``contains`` send for the last word), else None."""
+    word = glob.pattern[:-1]
+    return word if glob.pattern.endswith("*") and "*" not in word and "?" not in word else None
+
+
 def positive_atoms(node: Node) -> list[str]:
-    """The single words a query searches for, outside its ``NOT`` parts, in query order."""
+    """The single words a query searches for, outside its ``NOT`` parts, in query order: its
+    atoms, and the words of its ``word*`` globs."""
     match node:
         case Atom(word):
             return [word]
+        case Glob():
+            return [w for w in [prefix_of(node)] if w]
         case And(children) | Or(children):
             return list(dict.fromkeys(w for c in children if not isinstance(c, Not) for w in positive_atoms(c)))
     return []
@@ -82,14 +92,17 @@ def positive_atoms(node: Node) -> list[str]:
 
 def corrected(node: Node, corrections: Mapping[str, Iterable[str]]) -> Node:
     """``node`` with every positive atom ``w`` that ``corrections`` names replaced by its
-    corrections, ``c1`` or ``(c1 OR c2 ...)``; ``NOT`` parts kept as they are. ``w`` itself is
-    left out: it is corrected because no object the caller may see holds it, so it adds no match
-    and no score, and a single correction keeps a one-word query on the fast relevance path
-    (docs/decisions/0007)."""
+    corrections, ``c1`` or ``(c1 OR c2 ...)``, and every ``w*`` by the first one's ``c1*`` (one
+    glob stays one glob: the public cost bounds count them); ``NOT`` parts kept as they are.
+    ``w`` itself is left out: it is corrected because no object the caller may see holds it, so it
+    adds no match and no score, and a single correction keeps a one-word query on the fast
+    relevance path (docs/decisions/0007)."""
     match node:
         case Atom(word) if corrections.get(word):
             found = [Atom(c) for c in corrections[word]]
             return found[0] if len(found) == 1 else Or(tuple(found))
+        case Glob() if corrections.get(prefix_of(node) or ""):
+            return Glob(next(iter(corrections[prefix_of(node)])) + "*")
         case And(children):
             return And(tuple(c if isinstance(c, Not) else corrected(c, corrections) for c in children))
         case Or(children):
