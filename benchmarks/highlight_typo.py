@@ -51,6 +51,15 @@ def cases() -> dict[str, dict]:
     }
 
 
+async def prepare(database_url: str, objects: int, lexicon: int) -> int:
+    """The demo catalog migrated, loaded and its lexicon padded; the lexicon's size."""
+    from catalog_service.cli import _migrate, load_demo
+
+    await _migrate(database_url)
+    await load_demo(database_url, CATALOG, objects, quiet=True)
+    return await pad_lexicon(database_url, lexicon)
+
+
 async def pad_lexicon(database_url: str, words: int) -> int:
     conn = await asyncpg.connect(database_url)
     try:
@@ -93,14 +102,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--without-fuzzystrmatch", action="store_true")
     args = parser.parse_args()
-    database_url = os.environ.get("DATABASE_URL")
-    if not database_url:
-        parser.error("set DATABASE_URL")
-    from catalog_service.cli import _migrate, load_demo
-
-    asyncio.run(_migrate(database_url))
-    asyncio.run(load_demo(database_url, CATALOG, args.objects, quiet=True))
-    size = asyncio.run(pad_lexicon(database_url, args.lexicon))
+    database_url = os.environ.get("DATABASE_URL") or parser.error("set DATABASE_URL")
+    size = asyncio.run(prepare(database_url, args.objects, args.lexicon))
     if args.without_fuzzystrmatch:
         asyncio.run(fuzzystrmatch(database_url, False))
     service = start_service(database_url)
