@@ -3,7 +3,7 @@
 For each item of the page, and only those, a snippet per field with the query's matched words
 marked (``catalog_service.text.snippets``): metadata columns (``Title``, ``Description``) from
 their original text, text indexes (``SearchableText``) from the word sequence the catalog stores,
-since the catalog keeps no source text of them (docs/decisions/0020). The words marked are the
+since the catalog keeps no source text of them (docs/decisions/0021). The words marked are the
 positive words and globs of every text criterion of the query (plus, with ``typo``, the
 corrections the answer names).
 

@@ -21,8 +21,8 @@ up by the lexicon's primary key. Two edits would be too many strings to generate
 of about the right length (the distance allowed there is twice the budget, since Levenshtein
 counts a transposition as two edits; the optimal string alignment distance is then computed
 here), only when no word one edit away is found: a scan of the index's lexicon, about 50 ms for
-220,000 words (docs/decisions/0020). Where
-the database lacks fuzzystrmatch (migration 0009 creates it where it may), long words get
+220,000 words (docs/decisions/0021). Where
+the database lacks fuzzystrmatch (migration 0010 creates it where it may), long words get
 one-edit corrections only.
 """
 
