@@ -524,7 +524,10 @@ def _command(args) -> int:
         return _run(dsn, _indexes(dsn, args.action, args.catalog))
     if args.command == "keys":
         _run(dsn, _migrate(dsn))
-        return _run(dsn, key_commands.run(args, _connect, dsn))
+        try:
+            return _run(dsn, key_commands.run(args, _connect, dsn))
+        except key_commands.KeyFailure as exc:
+            raise Failure(str(exc)) from exc
     if args.command == "catalog":
         _run(dsn, _migrate(dsn))
         if args.action == "create":

@@ -9,6 +9,11 @@ import sys
 import orjson
 
 
+class KeyFailure(Exception):
+    """What the operator can fix (no such catalog or key, a filter the catalog cannot apply): the
+    command line prints it as one line."""
+
+
 def add_parser(sub, formatter) -> None:
     keys = sub.add_parser(
         "keys", help="scoped API keys for servers and static sites: create, list, revoke",
@@ -60,13 +65,12 @@ def _json(text: str):
 
 async def run(args, connect, dsn: str) -> int:
     """The command ``args`` names, on a connection ``connect(dsn)`` opens. What the operator can fix
-    (no such catalog or key, a filter the catalog cannot apply) is a ``cli.Failure``."""
+    is a KeyFailure."""
     from pydantic import ValidationError
 
     from catalog_schemas.keys import KeyCreate
 
     from .api.deps import limits_of
-    from .cli import Failure
     from .errors import CatalogError
     from .planner.scope import check_filter
     from .settings import get_settings
@@ -89,12 +93,12 @@ async def run(args, connect, dsn: str) -> int:
                 spec = KeyCreate(name=args.name, filter=args.filter, principals=args.principals, ttl=args.ttl,
                                  expires=args.expires)
             except ValidationError as exc:
-                raise Failure("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                raise KeyFailure("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
                                            for e in exc.errors()[:5])) from exc
             check_filter(spec.filter, catalog.schema, limits_of(get_settings()))
             key, text = await create_key(conn, catalog, spec)
         except CatalogError as exc:
-            raise Failure(exc.detail) from exc
+            raise KeyFailure(exc.detail) from exc
         print(key.info(catalog.name).model_dump_json(), file=sys.stderr)
         print(text)
         return 0
