@@ -50,8 +50,8 @@ def mint(user=None, **form):
 
 def found(answer: dict, token: str | None) -> set[str]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    response = httpx.get(answer["search_url"], params={"portal_type": "Document", "b_size": 100},
-                         headers=headers, timeout=30)
+    # (httpx's params would replace the URL's own ``catalog``.)
+    response = httpx.get(answer["search_url"] + "&portal_type=Document&b_size=100", headers=headers, timeout=30)
     assert response.status_code == 200, response.text
     return {item["path"].rsplit("/", 1)[-1] for item in response.json()["items"]}
 
