@@ -24,19 +24,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog_schemas.api import CatalogCreate, IndexDeclaration
+from catalog_schemas.api import CatalogCreate
+from tests.service.test_facets import INDEXES
 from tests.service.test_review_support import commit_batch
 
-D = IndexDeclaration
-INDEXES = [
-    D(name="allowedRolesAndUsers", type="KeywordIndex"),
-    D(name="portal_type", type="FieldIndex"),
-    D(name="review_state", type="FieldIndex"),
-    D(name="Subject", type="KeywordIndex"),
-    D(name="path", type="ExtendedPathIndex"),
-    D(name="effectiveRange", type="DateRangeIndex", since_field="effective", until_field="expires"),
-    D(name="id", type="FieldIndex"),
-]
 SETTINGS = {"site_path": "/plone", "public_url": "https://www.example.org"}
 TYPES = ["Document", "News Item", "Event", "Folder"]
 STATES = ["published", "private", "pending"]
