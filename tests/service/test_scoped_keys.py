@@ -306,3 +306,25 @@ def test_key_lifecycle_through_the_command_line(live_service, database_url, cata
     assert with_ttl.returncode == 0, with_ttl.stderr
     time.sleep(1.5)
     assert_401(search(live_service, name, with_ttl.stdout.strip()))
+
+
+def test_answers_do_not_depend_on_objects_outside_the_filter(live_service):
+    """A `not` alone finds "everything but" only where some object holds the value (UnIndex),
+    else everything with a value: an object outside the filter must not decide which."""
+    with live_service.client() as admin:
+        name, _ = new_catalog(admin)
+        try:
+            commit_batch(live_service, name, [
+                entry("in-plain", "/plone/in/plain", effective=PAST),
+                entry("in-tagged", "/plone/in/tagged", effective=PAST, subjects=["x"]),
+                entry("out-secret", "/plone/out/secret", effective=PAST, subjects=["secret"]),
+            ])
+            key = new_key(live_service, name, filter={"path": "/plone/in"})["key"]
+            held_outside = found(search(live_service, name, key, {"Subject": {"not": "secret"}}))
+            held_nowhere = found(search(live_service, name, key, {"Subject": {"not": "never-held"}}))
+            assert held_outside == held_nowhere == ["/in/tagged"]
+            # Without the key, the object outside counts (as in ZCatalog).
+            assert found(search(live_service, name, None, {"Subject": {"not": "secret"}})) == [
+                "/in/plain", "/in/tagged"]
+        finally:
+            admin.delete(f"/catalogs/{name}")
