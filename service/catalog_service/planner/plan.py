@@ -456,6 +456,8 @@ def _scope_conditions(security: Security, schema: CatalogSchema, limits: Limits,
         raise Forbidden(f"the key's filter names {', '.join(map(repr, missing))}, which the catalog no longer has: "
                         f"the key cannot search until it is replaced")
     try:
+        # The filter's conditions repeat the caller's security ones (with parameters of their own,
+        # which its probes of other rows use too): cheap, evaluated on the rows the indexes find.
         scoped = select_rows(security.scope, schema, limits, replace(security, scope=None), params, overlay)
         if scoped.deferred_error is not None:
             raise scoped.deferred_error
