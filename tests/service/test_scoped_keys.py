@@ -328,3 +328,23 @@ def test_answers_do_not_depend_on_objects_outside_the_filter(live_service):
                 "/in/plain", "/in/tagged"]
         finally:
             admin.delete(f"/catalogs/{name}")
+
+
+def test_a_revocation_holds_at_once_in_every_service_process(live_service, database_url, catalogs):
+    """Two service processes on one database: the other one has the catalog, and the key, loaded
+    when the first revokes it; its next search is refused all the same."""
+    from tests.live import start_service
+
+    name, _ = catalogs[0]
+    other = start_service(database_url)
+    try:
+        created = new_key(live_service, name, filter=NEWS_FILTER)
+        assert found(search(other, name, created["key"])) == ["/news/doc", "/news/item"]
+        with live_service.client() as admin:
+            assert admin.delete(f"/catalogs/{name}/keys/{created['id']}").status_code == 200
+        assert_401(search(other, name, created["key"]))
+        # And a key made through the first is known to the second at once.
+        fresh = new_key(live_service, name, filter=NEWS_FILTER)
+        assert found(search(other, name, fresh["key"])) == ["/news/doc", "/news/item"]
+    finally:
+        other.stop()
