@@ -219,6 +219,12 @@ class CatalogClient:
     def drop_catalog(self, catalog_id: str) -> None:
         self._send("DELETE", self._catalog_path(catalog_id))
 
+    def mint_token(self, catalog_id: str, principals: list[str], ttl: int, show_inactive: bool = False) -> dict:
+        """A signed token for a frontend acting for the user with ``principals`` (``{"token",
+        "ttl"}``); signed with the catalog's token, so it outlives a rotation by its grace period."""
+        return self._send("POST", self._catalog_path(catalog_id, "tokens"),
+                          body={"principals": principals, "ttl": ttl, "show_inactive": show_inactive})
+
     # -- batches ----------------------------------------------------------------------------
 
     def stage_batch(self, catalog_id: str, batch: Batch) -> BatchResult:

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 class ConnectorSettings:
     url: str
     token: str
+    # The service's address as browsers reach it (``@@catalog-token``'s search_url); the URL above
+    # unless set.
+    public_url: str = ""
     # Seconds for one call, its retries included: a page waits at most this long for one query
     # before the error page is shown.
     timeout: float = 10.0
@@ -40,6 +43,7 @@ class ConnectorSettings:
         return cls(
             url=env.get("CATALOG_SERVICE_URL", "http://127.0.0.1:8080").rstrip("/"),
             token=env.get("CATALOG_SERVICE_TOKEN", ""),
+            public_url=env.get("CATALOG_SERVICE_PUBLIC_URL", "").rstrip("/"),
             timeout=float(env.get("CATALOG_SERVICE_TIMEOUT", "10")),
             connect_timeout=float(env.get("CATALOG_SERVICE_CONNECT_TIMEOUT", "2")),
             retries=int(env.get("CATALOG_SERVICE_RETRIES", "0")),

@@ -16,7 +16,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp
 
 from . import logs
-from .api import batches, catalogs, cors, docs, health, problems, search
+from .api import batches, catalogs, cors, docs, health, keys, problems, search
 from .api.problems import problem
 from .db import resolve_dsn
 from .metrics import FACET_CACHE, LATENCY, REQUESTS, RESOLVED
@@ -242,9 +242,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(Observe)
-    for module in (search, batches, catalogs, health, public_routes):
+    for module in (search, batches, catalogs, keys, health, public_routes):
         app.include_router(module.router)
-    app.state.api_routes = [*search.FAST_ROUTES, *(route for module in (search, batches, catalogs, health, public_routes)
+    app.state.api_routes = [*search.FAST_ROUTES, *(route for module in (search, batches, catalogs, keys, health, public_routes)
                                                    for route in module.router.routes)]
     docs.install(app)
     # Routes are matched in order: the searches come first, for a request that reaches the router

@@ -7,6 +7,9 @@
     catalog-service indexes {missing,defer,build} CATALOG
     catalog-service catalog create CATALOG [--title T]
     catalog-service catalog rotate-token CATALOG [--grace SECONDS]
+    catalog-service keys create CATALOG --name N [--filter JSON] [--principals JSON] [--ttl S | --expires ISO]
+    catalog-service keys list CATALOG
+    catalog-service keys revoke CATALOG KEY_ID
     catalog-service embedded {status,stop}
 
 An error an operator can fix (no database at DATABASE_URL, a port in use) is one line on stderr
@@ -25,6 +28,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from . import key_commands
 from .settings import Settings, get_settings
 
 
@@ -393,6 +397,7 @@ def _parser() -> argparse.ArgumentParser:
     rotate.add_argument("catalog", help="catalog id")
     rotate.add_argument("--grace", type=float, default=3600.0,
                         help="seconds the old token stays valid (default 3600; 0: it ends now)")
+    key_commands.add_parser(sub, formatter)
     emb = sub.add_parser("embedded", help="status of the embedded PostgreSQL, or stop it (make stop)",
                          formatter_class=formatter,
                          description="The embedded PostgreSQL used without DATABASE_URL, in "
@@ -517,6 +522,12 @@ def _command(args) -> int:
         return 0
     if args.command == "indexes":
         return _run(dsn, _indexes(dsn, args.action, args.catalog))
+    if args.command == "keys":
+        _run(dsn, _migrate(dsn))
+        try:
+            return _run(dsn, key_commands.run(args, _connect, dsn))
+        except key_commands.KeyFailure as exc:
+            raise Failure(str(exc)) from exc
     if args.command == "catalog":
         _run(dsn, _migrate(dsn))
         if args.action == "create":

@@ -5,6 +5,8 @@
   search unrestricted (``X-Catalog-Unrestricted: 1``) and include inactive content;
 - a signed token minted by the connector (``POST /catalogs/{id}/tokens``): a frontend acting for
   one user, with the principals and expiry the token carries;
+- a scoped key (``csk1.``, ``POST /catalogs/{id}/keys``): a server or a static site, searching as
+  the key's principals among the objects of the key's filter only (docs/decisions/0020);
 - nothing: Anonymous, effective content only.
 
 A request without a credential where one is needed, or with an ``Authorization`` header that is
@@ -20,12 +22,14 @@ import hashlib
 import hmac
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import orjson
 
 from ..errors import Forbidden, Unauthorized
 from ..planner.plan import UNRESTRICTED, Security
 from ..store.catalogs import Catalog
+from ..store.keys import KEY_PREFIX, key_id_of
 
 ANONYMOUS = ("Anonymous",)
 TOKEN_PREFIX = "cst1."
@@ -42,11 +46,13 @@ class Credential:
 
 @dataclass(frozen=True)
 class Caller:
-    kind: str  # admin | connector | user | anonymous
+    kind: str  # admin | connector | user | key | anonymous
     principals: tuple[str, ...] | None = None
     show_inactive: bool = False
-    # The catalog a connector's or a user's credential belongs to.
+    # The catalog a connector's, a user's or a key's credential belongs to.
     catalog: str | None = None
+    # A scoped key's filter: every search of the caller applies it.
+    scope: dict | None = None
 
     @property
     def trusted(self) -> bool:
@@ -103,6 +109,21 @@ def _verify_token(catalog: Catalog, token: str) -> Caller:
                   catalog=catalog.name)
 
 
+def _verify_key(catalog: Catalog, key: str) -> Caller:
+    """The caller a scoped key names on ``catalog``. Unknown (also: another catalog's), revoked
+    and expired keys are 401; a catalog loaded without its keys says unknown too, which makes
+    the search load it again (api.search.caller_for)."""
+    key_id = key_id_of(key)
+    found = next((k for k in catalog.keys or () if k.id == key_id), None)
+    if found is None or not found.matches(key):
+        raise Unauthorized("unknown credential")
+    if found.revoked is not None:
+        raise Unauthorized("the key was revoked")
+    if found.expired(datetime.now(UTC)):
+        raise Unauthorized("the key expired")
+    return Caller(kind="key", principals=found.principals, catalog=catalog.name, scope=found.filter)
+
+
 def identify(credential: Credential, catalog: Catalog | None, admin_token: str) -> Caller:
     if credential.malformed:
         raise Unauthorized("the Authorization header must be 'Bearer <token>'")
@@ -115,6 +136,8 @@ def identify(credential: Credential, catalog: Catalog | None, admin_token: str) 
         raise Unauthorized("unknown credential")
     if bearer.startswith(TOKEN_PREFIX):
         return _verify_token(catalog, bearer)
+    if bearer.startswith(KEY_PREFIX):
+        return _verify_key(catalog, bearer)
     if catalog.token_matches(bearer):
         return Caller(kind="connector", catalog=catalog.name)
     raise Unauthorized("unknown credential")
@@ -150,4 +173,4 @@ def security_for(caller: Caller, credential: Credential, show_inactive: bool, no
             principals = tuple(parsed)
         return Security(principals=principals, effective_at=None if show_inactive else now)
     return Security(principals=caller.principals or ANONYMOUS,
-                    effective_at=None if (caller.show_inactive and show_inactive) else now)
+                    effective_at=None if (caller.show_inactive and show_inactive) else now, scope=caller.scope)

@@ -31,6 +31,7 @@ from ..planner.plan import rows_source
 from ..planner.sql import Params
 from ..store import batches
 from ..store.catalogs import Catalog, build_indexes, defer_indexes, missing_indexes, plain_name
+from ..store.keys import KEY_PREFIX, catalog_of_key
 from .auth import (
     TOKEN_PREFIX,
     Caller,
@@ -73,12 +74,15 @@ async def caller_anywhere(conn, request: Request, cred: Credential, name: str | 
                                                                                   admin_token.encode())):
         return identify(cred, None, admin_token)
     catalog = None
-    if cred.bearer.startswith(TOKEN_PREFIX):
+    owner = None
+    if cred.bearer.startswith(KEY_PREFIX):
+        owner = await catalog_of_key(conn, cred.bearer)
+    elif cred.bearer.startswith(TOKEN_PREFIX):
         owner = signed_token_catalog(cred.bearer)
-        if owner is not None:
-            with contextlib.suppress(NotFound):
-                catalog, _ = await state.registry.get(conn, owner)
-    elif name is not None:
+    if owner is not None:
+        with contextlib.suppress(NotFound):
+            catalog, _ = await state.registry.get(conn, owner)
+    elif name is not None and not cred.bearer.startswith((TOKEN_PREFIX, KEY_PREFIX)):
         with contextlib.suppress(NotFound):
             catalog, _ = await state.registry.get(conn, name)
         if catalog is not None and not catalog.token_matches(cred.bearer):

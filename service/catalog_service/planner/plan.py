@@ -9,11 +9,11 @@ caller's credential, never from the query.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from ..errors import LimitExceeded, QueryError
+from ..errors import Forbidden, LimitExceeded, QueryError
 from ..indexes import Index, IndexQuery, QueryContext, RowsOverlay
 from ..indexes.simple import DateRangeIndex
 from ..indexes.text import ZCTextIndex
@@ -64,10 +64,13 @@ class Limits:
 @dataclass(frozen=True)
 class Security:
     """Who is asking. ``principals`` None means unrestricted (the connector's
-    unrestrictedSearchResults); ``effective_at`` None means inactive content is included."""
+    unrestrictedSearchResults); ``effective_at`` None means inactive content is included.
+    ``scope``: a scoped key's filter (a query of index conditions, planner/scope.py): the caller
+    sees the catalog as if it held only the objects the filter selects."""
 
     principals: tuple[str, ...] | None
     effective_at: datetime | None
+    scope: dict[str, Any] | None = field(default=None, hash=False)
 
 
 UNRESTRICTED = Security(principals=None, effective_at=None)
@@ -357,9 +360,14 @@ def select_rows(
     def effective_on(row: str) -> str:
         return effective.covers(effective_p, row=f"{row}.")
 
+    # A scoped key's filter is part of what the caller may see: its conditions (planned with the
+    # caller's security, their parameters next) apply to the result row, and to every other row a
+    # condition looks at, so that no answer depends on objects outside the filter.
+    scoped = _scope_conditions(security, schema, limits, params, overlay)
+
     def visible(row: str) -> list[str]:
         return ([principals_on(row)] if principals_p is not None else []) + (
-            [effective_on(row)] if effective_p is not None else [])
+            [effective_on(row)] if effective_p is not None else []) + scoped.on(row)
 
     ctx = QueryContext(params=params, catalog_id=schema.catalog_id, table=source,
                        applied=application_order([n for n in applied if n in schema.indexes], schema),
@@ -412,7 +420,50 @@ def select_rows(
             selection.probe = f"select exists (select 1 from {source} o where {all_of(probe)})"
             selection.probe_params = used
             return selection
+    # After the query's own conditions: ZCatalog's "first index" rules see the query alone, as in a
+    # catalog that holds only the filter's objects.
+    conditions.extend(scoped.on("o"))
     return selection
+
+
+@dataclass(frozen=True)
+class ScopeConditions:
+    """A scoped key's filter as SQL conditions on the result row ``o`` (``conditions``), and on
+    another row of ``source`` as a test of its rid."""
+
+    conditions: tuple[str, ...] = ()
+    source: str = ""
+
+    def on(self, row: str) -> list[str]:
+        if not self.conditions:
+            return []
+        if row == "o":
+            return list(self.conditions)
+        # The subquery's own ``o`` is the row the conditions test.
+        return [f"({row}.rid in (select o.rid from {self.source} o where {all_of(list(self.conditions))}))"]
+
+
+def _scope_conditions(security: Security, schema: CatalogSchema, limits: Limits, params: Params,
+                      overlay: RowsOverlay) -> ScopeConditions:
+    """The conditions of ``security.scope``, planned as a query with the caller's security (its
+    rows are the objects the filter finds for the key's principals). A filter the catalog can no
+    longer apply (an index removed or redeclared since the key was made) refuses the search with
+    403: a filter left out would widen what the key sees."""
+    if security.scope is None:
+        return ScopeConditions()
+    missing = sorted(name for name in security.scope if name not in schema.indexes)
+    if missing:
+        raise Forbidden(f"the key's filter names {', '.join(map(repr, missing))}, which the catalog no longer has: "
+                        f"the key cannot search until it is replaced")
+    try:
+        # The filter's conditions repeat the caller's security ones (with parameters of their own,
+        # which its probes of other rows use too): cheap, evaluated on the rows the indexes find.
+        scoped = select_rows(security.scope, schema, limits, replace(security, scope=None), params, overlay)
+        if scoped.deferred_error is not None:
+            raise scoped.deferred_error
+    except QueryError as exc:
+        raise Forbidden(f"the key's filter cannot be applied to the catalog's indexes: {exc.detail}") from exc
+    return ScopeConditions(conditions=tuple(scoped.conditions), source=overlay.source)
 
 
 def plan_search(

@@ -19,7 +19,7 @@ exists unrestricted, the UID at a path with the caller's rights.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from urllib.parse import parse_qsl, unquote
 from zoneinfo import ZoneInfo
@@ -152,15 +152,19 @@ def _place(catalog: Catalog, context_path: str, security: Security) -> qs.Place:
 
 
 def _lookups(catalog: Catalog, reader: CatalogReader, as_caller: Security):
+    # Plone's unrestricted lookups, within a scoped key's filter: the key sees the catalog as if it
+    # held only the filter's objects.
+    unrestricted = replace(UNRESTRICTED, scope=as_caller.scope)
+
     async def lookup(question):
         if isinstance(question, qs.PathOfUid):
             if UID_INDEX not in catalog.schema.indexes:
                 return None
-            brains = await reader.brains({UID_INDEX: question.uid}, UNRESTRICTED, [])
+            brains = await reader.brains({UID_INDEX: question.uid}, unrestricted, [])
             return brains[0].path if brains else None
         at = {PATH_INDEX: {"query": question.path, "depth": 0}}
         if isinstance(question, qs.IsObject):
-            return bool(await reader.brains(at, UNRESTRICTED, []))
+            return bool(await reader.brains(at, unrestricted, []))
         if isinstance(question, qs.UidOfPath):
             brains = await reader.brains(at, as_caller, [UID_INDEX] if UID_INDEX in catalog.metadata_names else [])
             return public_uid(catalog, brains[0]) if brains else None
@@ -179,7 +183,7 @@ async def querystring_search(request: Request, name: str, search: QuerystringSea
         security = reader.security()
         # Plone traverses to the context (and reference.is to its target) with the caller's
         # rights, whatever the object's effective dates.
-        as_caller = Security(principals=security.principals, effective_at=None)
+        as_caller = replace(security, effective_at=None)  # a key's filter kept
         place = _place(catalog, context_path, security)
         lookup = _lookups(catalog, reader, as_caller)
         custom_query = None

@@ -11,7 +11,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
@@ -34,6 +34,7 @@ from ..indexes.path import ExtendedPathIndex
 from ..indexes.simple import STATISTICS_SUFFIXES
 from ..indexes.text import CELLS_SUFFIX, ZCTextIndex
 from ..planner.plan import CatalogSchema
+from .keys import ScopedKey, load_keys
 
 _CATALOG_ID = re.compile(CATALOG_ID_PATTERN)
 log = logging.getLogger(__name__)
@@ -133,6 +134,8 @@ class Catalog:
     # The token a rotation replaced, valid until previous_token_until (its grace period).
     previous_token_hash: str | None = None
     previous_token_until: datetime | None = None
+    # The scoped API keys (store/keys.py); None until loaded (CatalogRegistry.get loads them).
+    keys: tuple[ScopedKey, ...] | None = None
 
     @property
     def table(self) -> str:
@@ -247,11 +250,12 @@ class CatalogRegistry:
             self._cache.pop(name, None)
             raise NotFound(f"no catalog {name!r}")
         cached = self._cache.get(name)
-        if cached is None or cached.id != row["id"] or cached.schema_rev != row["schema_rev"]:
+        if cached is None or cached.id != row["id"] or cached.schema_rev != row["schema_rev"] or cached.keys is None:
             full = await conn.fetchrow("select * from catalog where id = $1", row["id"])
             if full is None:
                 raise NotFound(f"no catalog {name!r}")
-            cached = build(full)
+            # The keys as of the revision read: creating or revoking one moves it.
+            cached = replace(build(full), keys=await load_keys(conn, row["id"]))
             self._cache[name] = cached
         return cached, row["counter"]
 
