@@ -329,3 +329,21 @@ def test_without_fuzzystrmatch_corrections_are_one_edit(live_service, catalogs):
         assert search(live_service, name, SearchableText="muesum", typo="1")["did_you_mean"] == "museum"
     finally:
         asyncio.run(extension("create extension if not exists fuzzystrmatch"))
+
+
+def test_a_scoped_key_gets_corrections_and_highlights_from_its_filter_only(live_service, catalogs):
+    """A scoped key (docs/decisions/0020) sees the catalog as if it held only its filter's objects:
+    a word held only outside the filter is never proposed, and a word corrected there is one the
+    filter's objects hold."""
+    name = catalogs[0][0]
+    with live_service.client() as admin:
+        created = admin.post(f"/catalogs/{name}/keys", json={"name": "museum only", "filter": {"path": "/plone/museum"}})
+        assert created.status_code == 201, created.text
+    key = created.json()["key"]
+    assert search(live_service, name, SearchableText="gardne", typo="1")["did_you_mean"] == "garden"
+    outside = search(live_service, name, key, SearchableText="gardne", typo="1", highlight="true")
+    assert outside == {"items_total": 0, "b_start": 0, "b_size": 25, "items": [], "did_you_mean": None,
+                       "corrections": {}}
+    inside = search(live_service, name, key, SearchableText="garden OR muesum", typo="1", highlight="Title")
+    assert paths(inside) == ["/museum"] and inside["did_you_mean"] == "garden OR museum"
+    assert [i["highlight"] for i in inside["items"]] == [{"Title": "The <mark>Museum</mark>"}]
