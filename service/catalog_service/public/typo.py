@@ -18,10 +18,10 @@ result followed by the corrected one; ``items_total`` counts both.
 Candidates one edit away are generated (``text.typos.edits1``: a few hundred strings) and looked
 up by the lexicon's primary key. Two edits would be too many strings to generate, so for words of
 9 characters or more fuzzystrmatch's ``levenshtein_less_equal`` compares the index's lexicon words
-of about the right length (the distance allowed there is twice the budget, since Levenshtein
-counts a transposition as two edits; the optimal string alignment distance is then computed
-here), only when no word one edit away is found: a scan of the index's lexicon, about 50 ms for
-220,000 words (docs/decisions/0021). Where
+of about the right length that begin with the word's first letter (the distance allowed there is
+twice the budget, since Levenshtein counts a transposition as two edits; the optimal string
+alignment distance is then computed here), only when no word one edit away is found: a range of
+the lexicon's primary key, a few milliseconds for 220,000 words (docs/decisions/0021). Where
 the database lacks fuzzystrmatch (migration 0010 creates it where it may), long words get
 one-edit corrections only.
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..api.search import searched
 from ..errors import LimitExceeded
-from ..indexes.text import ZCTextIndex
+from ..indexes.text import ZCTextIndex, _upper_bound
 from ..planner.plan import Security
 from ..planner.sql import Params
 from ..store.catalogs import Catalog
@@ -129,8 +129,14 @@ async def _candidates(conn, catalog: Catalog, limits, security: Security, index:
     lexicon = (f"l.catalog_id = {p.add(catalog.id, 'integer')} and l.index_name = {p.add(index, 'text')} "
                f"and l.df > 0")
     if fuzzy:
+        # Two edits keep the first letter (Elasticsearch's fuzzy prefix_length 1): the lexicon's
+        # primary key then reads the words of one letter, not the whole index.
         reach = p.add(2 * budget, "integer")
         target = p.add(word, "text")
+        lexicon += f" and l.word >= {p.add(word[0], 'text')}"
+        upper = _upper_bound(word[0])
+        if upper is not None:
+            lexicon += f" and l.word < {p.add(upper, 'text')}"
         lexicon += (f" and length(l.word) between {p.add(len(word) - budget, 'integer')} and "
                     f"{p.add(len(word) + budget, 'integer')} and levenshtein_less_equal(l.word, {target}, {reach}) "
                     f"<= {reach}")
