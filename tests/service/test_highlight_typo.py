@@ -17,8 +17,11 @@ import uuid
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from catalog_service import demo
+from catalog_service.text import index_words
 
 PUBLIC_URL = "https://www.example.org"
 NOW = dt.datetime.now(dt.UTC)
@@ -295,6 +298,52 @@ def test_no_highlight_or_correction_reveals_invisible_content(live_service, cata
             assert response.status_code == 200, response.text
             answers.append({k: v for k, v in response.json().items() if k != "@id"})
         assert answers[0] == answers[1], (who, params)
+
+
+WORDS = sorted({w for e in VISIBLE + INVISIBLE for w in index_words(e["values"]["SearchableText"]) if len(w) >= 5})
+
+
+def _edited(word: str, edits: list[tuple[int, int, str]]) -> str:
+    """``word`` with each (kind, position, letter) edit applied: 0 delete, 1 substitute, 2 insert,
+    3 swap with the next letter."""
+    for kind, position, letter in edits:
+        at = position % (len(word) + 1)
+        if kind == 0:
+            word = word[:at] + word[at + 1:]
+        elif kind == 1:
+            word = word[:at] + letter + word[at + 1:]
+        elif kind == 2:
+            word = word[:at] + letter + word[at:]
+        elif at + 1 < len(word):
+            word = word[:at] + word[at + 1] + word[at] + word[at + 2:]
+    return word or "x"
+
+
+probes = st.builds(
+    lambda word, edits, visible, star, joiner: (f"{visible}{joiner}" if joiner else "") + _edited(word, edits)
+    + ("*" if star else ""),
+    st.sampled_from(WORDS),
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 12), st.sampled_from("aeiourstnz")), max_size=2),
+    st.sampled_from(["garden", "museum", "night"]), st.booleans(), st.sampled_from(["", " ", " OR "]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=probes, member=st.booleans())
+def test_generated_probes_answer_as_without_the_invisible_objects(live_service, catalogs, text, member):
+    """Misspellings (up to two edits) of every word of the corpus, visible or not, alone or with a
+    visible word: the same answers with and without the invisible objects."""
+    (secret, secret_token), (clean, clean_token) = catalogs
+    tokens = [False, False]
+    if member:
+        tokens = [_member_tokens.setdefault(n, mint(live_service, t, n, MEMBER))
+                  for n, t in ((secret, secret_token), (clean, clean_token))]
+    params = {"SearchableText": text, "typo": "true", "highlight": "true", "sort_on": "getId"}
+    answers = [search(live_service, name, token, **params) for name, token in zip((secret, clean), tokens,
+                                                                                     strict=True)]
+    assert _comparable(answers[0]) == _comparable(answers[1]), params
+
+
+_member_tokens: dict[str, str] = {}
 
 
 def test_a_member_who_may_see_the_private_object_gets_its_word(live_service, catalogs):
