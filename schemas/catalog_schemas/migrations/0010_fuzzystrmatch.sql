@@ -1,4 +1,4 @@
--- Typo tolerance of the public search routes (docs/decisions/0020) finds lexicon words within a
+-- Typo tolerance of the public search routes (docs/decisions/0021) finds lexicon words within a
 -- few edits with fuzzystrmatch's levenshtein_less_equal. A contrib extension, trusted since
 -- PostgreSQL 13 (a database owner may create it); where it is not installed or may not be
 -- created, the service generates the words one edit away instead, so this never fails.
