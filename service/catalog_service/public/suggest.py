@@ -19,10 +19,10 @@ from pydantic import BaseModel, Field
 
 from catalog_schemas.public_values import public_value
 
+from ..api.auth import security_for
 from ..api.caching import conditional_search
 from ..api.deps import HEADERS, credential_of, idempotent
 from ..api.problems import CATALOG_ERRORS, errors
-from ..api.auth import security_for
 from ..api.search import caller_for
 from ..errors import LimitExceeded
 from ..indexes.text import ZCTextIndex
