@@ -26,15 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from catalog_bench import (  # noqa: E402
-    DEFER_INDEXES_FROM,
-    Service,
-    checkpoint,
-    create_catalog,
-    deferred_load,
-    http_bulk_index,
-    machine,
-)
+import catalog_bench as bench  # noqa: E402
 
 from tests.pg import create_database, drop_database  # noqa: E402
 
@@ -60,15 +52,15 @@ def time_suggest(client: httpx.Client, path: str, q: str, repeat: int) -> tuple[
     return times, response.json()
 
 
-def load(service: Service, name: str, size: int, batch: int, clients: int, dsn: str) -> None:
+def load(service: bench.Service, name: str, size: int, batch: int, clients: int, dsn: str) -> None:
     with service.client() as admin:
-        create_catalog(admin, name)
-    checkpoint(dsn)
+        bench.create_catalog(admin, name)
+    bench.checkpoint(dsn)
     started = time.perf_counter()
-    if size >= DEFER_INDEXES_FROM:
-        deferred_load(service, name, size, batch, clients)
+    if size >= bench.DEFER_INDEXES_FROM:
+        bench.deferred_load(service, name, size, batch, clients)
     else:
-        http_bulk_index(service, name, size, batch, clients)
+        bench.http_bulk_index(service, name, size, batch, clients)
     print(f"{size} objects loaded in {time.perf_counter() - started:.0f} s", flush=True)
 
 
@@ -101,10 +93,10 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=2)
     args = parser.parse_args()
     dsn, admin_dsn = create_database()
-    service = Service(dsn, args.workers)
+    service = bench.Service(dsn, args.workers)
     rows: list[tuple] = []
     try:
-        info = machine(dsn)
+        info = bench.machine(dsn)
         for size in (int(s) for s in args.sizes.split(",")):
             name = f"suggest{size}"
             load(service, name, size, args.batch, args.clients, dsn)

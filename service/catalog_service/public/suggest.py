@@ -26,13 +26,12 @@ from ..api.problems import CATALOG_ERRORS, errors
 from ..api.search import caller_for
 from ..errors import LimitExceeded
 from ..indexes.text import ZCTextIndex
-from ..metrics import QUERIES
 from ..store.catalogs import Catalog
-from ..store.search import Answer, StaleSchema
+from ..store.search import Answer
 from ..store.suggest import Suggestions, Typed, suggestions
 from .query import InvalidParameter, integer
 from .querystring_search import url_form
-from .restapi import Urls, request_url
+from .restapi import Urls, on_current_catalog, on_read_connection, request_url
 from .routes import IF_NONE_MATCH, NOT_MODIFIED
 
 router = APIRouter(tags=["public"], responses=errors(400, *CATALOG_ERRORS))
@@ -109,28 +108,16 @@ async def _suggest(request: Request, name: str, q: str, limit: int, index_name: 
     typed = Typed.of(q)
 
     async def on(conn) -> tuple[Catalog, Suggestions]:
-        refresh = False
-        while True:
-            catalog = await state.registry.current(conn, name, refresh=refresh)
-            if not refresh:
-                QUERIES.labels(name).inc()
-            try:
-                caller = caller_for(state, catalog, cred, refresh)
-                # Suggestions never come from inactive content, whatever the credential.
-                security = security_for(caller, cred, False, datetime.now(UTC))
-                index = _text_index(catalog, index_name, explicit)
-                return catalog, await _bounded(state, caller.trusted,
-                                               suggestions(conn, catalog, index, typed, security, limit))
-            except StaleSchema:
-                if refresh:
-                    raise
-                refresh = True
+        async def run(catalog: Catalog, refresh: bool) -> Suggestions:
+            caller = caller_for(state, catalog, cred, refresh)
+            # Suggestions never come from inactive content, whatever the credential.
+            security = security_for(caller, cred, False, datetime.now(UTC))
+            index = _text_index(catalog, index_name, explicit)
+            return await _bounded(state, caller.trusted, suggestions(conn, catalog, index, typed, security, limit))
 
-    pool, conn = await state.db.acquire_read(request.headers.get("x-catalog-min-lsn"))
-    try:
-        catalog, found = await on(conn)
-    finally:
-        await state.db.release_read(pool, conn)
+        return await on_current_catalog(state, conn, name, run)
+
+    _, (catalog, found) = await on_read_connection(request, on)
     return Answer(body=orjson.dumps(_answer(request, catalog, q, found)), complete=True, state=found.state)
 
 
