@@ -91,6 +91,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--keep", action="store_true", help="keep the database (its DSN is printed) to look into plans")
     args = parser.parse_args()
     dsn, admin_dsn = create_database()
     service = bench.Service(dsn, args.workers)
@@ -111,7 +112,10 @@ def main() -> int:
             (OUT / "suggest.md").write_text(report(args, info, rows))
     finally:
         service.stop()
-        drop_database(admin_dsn, dsn)
+        if args.keep:
+            print(f"database kept: {dsn}")
+        else:
+            drop_database(admin_dsn, dsn)
     return 0
 
 

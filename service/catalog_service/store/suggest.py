@@ -90,11 +90,32 @@ def words_sql(schema: CatalogSchema, index: ZCTextIndex, prefix: str, security: 
     candidates = (f"select l.word, l.df from catalog_lexicon l where l.catalog_id = {cat} "
                   f"and l.index_name = {index.key} and {_prefix_range('l.word', prefix, params)} and l.df > 0 "
                   f"order by l.word limit {CANDIDATES}")
-    holder = all_of([f"({index.json} ? c.word)", *_visible(schema, security, params)])
+    visible = _visible(schema, security, params)
+    held = f"exists (select 1 from {schema.table} o where {all_of([f'({index.json} ? c.word)', *visible])})"
+    if index.has_cells:
+        held = _held_by_cells(schema, index, cat, visible, held)
     # The candidates sorted by frequency, then filtered in that order: the limit ends the probes.
     return (f"array(select c.word from (select * from ({candidates}) k order by k.df desc, k.word) c "
-            f"where exists (select 1 from {schema.table} o where {holder}) "
-            f"limit {params.add(limit, 'integer')})")
+            f"where {held} limit {params.add(limit, 'integer')})")
+
+
+def _held_by_cells(schema: CatalogSchema, index: ZCTextIndex, cat: str, visible: list[str], held: str) -> str:
+    """A visible row holds ``c.word``, probed cell by cell, smallest first (decision 0007's score
+    cells: the word's rows in groups of about equal frequency and length, each its own entry of the
+    cells' GIN). The word's own entry lists every row holding it: for a word a third of the catalog
+    holds, reading it took most of a keystroke's time, while its smallest cell is a few rows, and
+    one visible row ends the probe. Until the cells index is built and valid (a catalog made before
+    it), the word's own entry (``held``)."""
+    token = "(x.fb || ':' || x.lb || ':' || x.word) collate \"default\""
+    in_cell = all_of([f"({index.cells_sql()} ? {token})", *visible])
+    # The cells sorted first, then probed in that order (a sorted subquery is not flattened).
+    cells = (f"(select true from (select * from catalog_text_cell x where x.catalog_id = {cat} "
+             f"and x.index_name = {index.key} and x.word = c.word and x.n > 0 order by x.n) x "
+             f"where exists (select 1 from {schema.table} o where {in_cell}) limit 1) is not null")
+    cells_index = f"'{index.index_name(schema.table, 'c')}'"  # a checked identifier, as a literal
+    usable = (f"exists (select 1 from pg_index i where i.indexrelid = to_regclass({cells_index}) "
+              f"and i.indisvalid)")
+    return f"(case when {usable} then {cells} else {held} end)"
 
 
 def titles_sql(schema: CatalogSchema, title_index: FieldIndex, prefix: str, security: Security, limit: int,
