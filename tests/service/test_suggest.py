@@ -17,7 +17,9 @@ from catalog_service.text import index_words
 from tests.service.test_api import INDEXES, NOW, entry
 from tests.service.test_review_support import commit_batch, drained_service, get, new_catalog, post
 
-SUGGEST_INDEXES = [*INDEXES, IndexDeclaration(name="sortable_title", type="FieldIndex")]
+# Title is a text index without score cells: its words are probed through the word's own entry.
+SUGGEST_INDEXES = [*INDEXES, IndexDeclaration(name="sortable_title", type="FieldIndex"),
+                   IndexDeclaration(name="Title", type="ZCTextIndex")]
 METADATA = ("Title", "UID")
 PAST = NOW - timedelta(days=2)
 FUTURE = NOW + timedelta(days=2)
@@ -27,6 +29,7 @@ MEMBER = ["Anonymous", "Authenticated", "Member", "user:bob"]
 def item(uid, title, text, allowed=("Anonymous",), effective=PAST, expires=None):
     made = entry(uid, f"/plone/{uid}", allowed=allowed, effective=effective, expires=expires, text=text)
     made["values"]["sortable_title"] = title.lower()
+    made["values"]["Title"] = title
     made["metadata"] = {"Title": title, "UID": f"UID-{uid}"}
     return made
 
@@ -82,6 +85,7 @@ def secrets(service):
 
 SECRET_WORDS = ["quartermaster", "merger", "quenched", "layoffs", "questionable", "launch"]
 SECRET_TITLES = ["Quartermaster secret", "Quench expired", "Quest future"]
+SECRET_TITLE_WORDS = ["quartermaster", "secret", "quench", "expired", "quest", "future", "quasar", "shared"]
 
 
 @pytest.mark.parametrize("q", ["q", "qu", "qua", "quar", "quart", "quarte", "que", "ques", "m", "me", "l", "la"])
@@ -90,6 +94,19 @@ def test_anonymous_never_gets_words_or_titles_of_hidden_content(service, secrets
     answer = suggest(service, name, q)
     assert not set(words_of(answer)) & set(SECRET_WORDS + ["quasar", "project"])
     assert not set(titles_of(answer)) & set(SECRET_TITLES + ["Quasar shared"])
+
+
+@pytest.mark.parametrize("q", ["q", "qu", "que", "s", "se", "e", "f"])
+def test_title_words_of_hidden_content_are_never_completed(service, secrets, q):
+    name, _ = secrets
+    answer = suggest(service, name, q, index="Title")
+    assert not set(words_of(answer)) & set(SECRET_TITLE_WORDS)
+
+
+def test_title_words_of_public_content_are_completed(service, secrets):
+    name, _ = secrets
+    assert words_of(suggest(service, name, "qu", index="Title")) == ["quarterly"]
+    assert words_of(suggest(service, name, "r", index="Title")) == ["report"]
 
 
 def test_anonymous_gets_the_public_words_and_title(service, secrets):
