@@ -14,6 +14,7 @@ Writes docs/benchmarks/suggest.md after every size.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -71,7 +72,8 @@ def report(args, info: dict, rows: list[tuple]) -> str:
              f"{info['postgresql']} (shared_buffers {info['shared_buffers']}), Python {info['python']}, "
              f"service with {args.workers} worker(s). Anonymous `GET /{{catalog}}/@suggest?q=...` (limit 10), "
              f"sequential, {args.repeat} requests per prefix after 10 of warm-up; catalog_service.demo "
-             f"content. Target: p95 <= {TARGET_P95_MS:g} ms at 1M objects.", "",
+             f"content, the client on the same machine; load average {info['load']} when the measurements "
+             f"began. Target: p95 <= {TARGET_P95_MS:g} ms at 1M objects.", "",
              "| objects | q | p50 ms | p95 ms | words | titles |", "|---:|---|---:|---:|---:|---:|"]
     for size, q, times, answer in rows:
         lines.append(f"| {size:,} | `{q}` | {pct(times, 50):.2f} | {pct(times, 95):.2f} | "
@@ -101,6 +103,7 @@ def main() -> int:
         for size in (int(s) for s in args.sizes.split(",")):
             name = f"suggest{size}"
             load(service, name, size, args.batch, args.clients, dsn)
+            info["load"] = " / ".join(f"{x:.1f}" for x in os.getloadavg())
             with httpx.Client(base_url=service.url, timeout=60) as client:
                 for word in TYPED:
                     for n in range(1, min(6, len(word)) + 1):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -14,8 +15,9 @@ from hypothesis import strategies as st
 from catalog_schemas.api import IndexDeclaration
 from catalog_service.store.suggest import CANDIDATES
 from catalog_service.text import index_words
+from tests.live import start_service
 from tests.service.test_api import INDEXES, NOW, entry
-from tests.service.test_review_support import commit_batch, drained_service, get, new_catalog, post
+from tests.service.test_review_support import commit_batch, get, new_catalog, post
 
 # Title is a text index without score cells: its words are probed through the word's own entry.
 SUGGEST_INDEXES = [*INDEXES, IndexDeclaration(name="sortable_title", type="FieldIndex"),
@@ -34,10 +36,14 @@ def item(uid, title, text, allowed=("Anonymous",), effective=PAST, expires=None)
     return made
 
 
+ALLOWED_ORIGIN = "http://frontend.example"
+
+
 @pytest.fixture(scope="module")
 def service(database_url):
-    with drained_service(database_url) as service:
-        yield service
+    live = start_service(database_url, extra_env={"CATALOG_CORS_ORIGINS": f'["{ALLOWED_ORIGIN}"]'})
+    yield live
+    live.stop()
 
 
 def new_suggest_catalog(service) -> tuple[str, str]:
@@ -203,6 +209,22 @@ def test_bad_parameters_are_400_problems(service, secrets, params, parameter):
     assert response.status_code == 400, response.text
     assert response.headers["content-type"] == "application/problem+json"
     assert parameter in response.text
+
+
+@pytest.mark.parametrize("path", ["/suggest", "/plone/@suggest"])
+def test_preflight_and_cors_headers(service, secrets, path):
+    name, _ = secrets
+    preflight = httpx.options(service.url + path, headers={
+        "Origin": ALLOWED_ORIGIN, "Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "authorization"})
+    assert preflight.status_code == 204
+    assert preflight.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
+    url = f"/{name}/@suggest" if path != "/suggest" else "/suggest"
+    params = {"q": "qua"} if path != "/suggest" else {"q": "qua", "catalog": name}
+    answer = get(service, url, params=params, headers={"Origin": ALLOWED_ORIGIN})
+    assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
+    assert "ETag" in answer.headers["access-control-expose-headers"]
+    other = get(service, url, params=params, headers={"Origin": "http://evil.example"})
+    assert other.status_code == 200 and "access-control-allow-origin" not in other.headers
 
 
 def test_unknown_catalog_is_404_and_a_bad_token_401(service):
