@@ -310,3 +310,24 @@ def test_catalog_without_text_or_title_index_suggests_nothing(service):
         assert admin.post("/catalogs", json=spec).status_code == 201
     answer = suggest(service, name, "anything")
     assert answer["words"] == [] and answer["titles"] == []
+
+
+def test_statement_text_depends_on_the_shape_only():
+    """Values are parameters (asyncpg's statement cache, and the generic plan made once per
+    connection): two prefixes, two callers, one statement text; the typed text never in it."""
+    from datetime import UTC, datetime
+
+    from catalog_service.indexes import make_index
+    from catalog_service.planner.plan import CatalogSchema, Security
+    from catalog_service.store.suggest import Typed, suggest_sql
+
+    indexes = {d.name: make_index(d) for d in SUGGEST_INDEXES}
+    schema = CatalogSchema(catalog_id=7, table="catalog_object_7", indexes=indexes)
+    now = datetime.now(UTC)
+    one, params_one = suggest_sql(schema, indexes["SearchableText"], Typed.of("Garden pa"),
+                                  Security(("Anonymous",), now), 10)
+    two, params_two = suggest_sql(schema, indexes["SearchableText"], Typed.of("x'); drop"),
+                                  Security(("Anonymous", "user:bob"), now), 3)
+    assert one == two
+    assert "pa" in params_one and "garden pa" in params_one and "drop" not in one
+    assert params_one != params_two
