@@ -200,6 +200,8 @@ def test_etag_and_304(service, secrets):
     ({"q": "x", "limit": "51"}, "limit"),
     ({"q": "x", "limit": "many"}, "limit"),
     ({"q": "x" * 201}, "q"),
+    ({"q": "a\x00b"}, "q"),
+    ({"q": ["a", "b"]}, "q"),
     ({"q": "x", "index": "portal_type"}, "index"),
     ({"q": "x", "sort_on": "Title"}, "sort_on"),
 ])

@@ -79,6 +79,8 @@ def _parameters(request: Request, extra: tuple[str, ...] = ()) -> tuple[str, int
     q = form.get("q")
     if not isinstance(q, str):
         raise InvalidParameter("q: the text typed so far is required, once", parameter="q")
+    if "\x00" in q:
+        raise InvalidParameter("q: the text cannot hold NUL characters", parameter="q")
     if len(q) > MAX_Q_LENGTH:
         raise InvalidParameter(f"q: at most {MAX_Q_LENGTH} characters, got {len(q)}", parameter="q")
     limit = integer(form.get("limit", DEFAULT_LIMIT), "limit")
