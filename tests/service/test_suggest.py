@@ -28,8 +28,9 @@ FUTURE = NOW + timedelta(days=2)
 MEMBER = ["Anonymous", "Authenticated", "Member", "user:bob"]
 
 
-def item(uid, title, text, allowed=("Anonymous",), effective=PAST, expires=None):
-    made = entry(uid, f"/plone/{uid}", allowed=allowed, effective=effective, expires=expires, text=text)
+def item(uid, title, text, allowed=("Anonymous",), effective=PAST, expires=None, portal_type="Document"):
+    made = entry(uid, f"/plone/{uid}", portal_type=portal_type, allowed=allowed, effective=effective,
+                 expires=expires, text=text)
     made["values"]["sortable_title"] = title.lower()
     made["values"]["Title"] = title
     made["metadata"] = {"Title": title, "UID": f"UID-{uid}"}
@@ -164,6 +165,19 @@ def test_a_word_whose_last_visible_holder_goes_private_is_no_longer_suggested(se
     commit_batch(service, name, [{**item("a", "Zeppelin", "zeppelin", allowed=["Manager"]), "version": 2}])
     answer = suggest(service, name, "zep")
     assert words_of(answer) == [] and titles_of(answer) == []
+
+
+def test_a_scoped_key_gets_suggestions_from_its_filter_only(service):
+    name, _ = new_suggest_catalog(service)
+    commit_batch(service, name, [item("doc", "Nebula document", "nebula"),
+                                 item("news", "Nectar news", "nectarine", portal_type="News Item")])
+    created = post(service, f"/catalogs/{name}/keys", token=None,
+                   json={"name": "documents only", "filter": {"portal_type": "Document"}})
+    assert created.status_code == 201, created.text
+    scoped = suggest(service, name, "ne", token=created.json()["key"])
+    assert words_of(scoped) == ["nebula"] and titles_of(scoped) == ["Nebula document"]
+    anonymous = suggest(service, name, "ne")
+    assert sorted(words_of(anonymous)) == ["nebula", "nectarine"]
 
 
 # -- the route's conventions ---------------------------------------------------------------------
@@ -320,16 +334,16 @@ def test_statement_text_depends_on_the_shape_only():
     from datetime import UTC, datetime
 
     from catalog_service.indexes import make_index
-    from catalog_service.planner.plan import CatalogSchema, Security
+    from catalog_service.planner.plan import CatalogSchema, Limits, Security
     from catalog_service.store.suggest import Typed, suggest_sql
 
     indexes = {d.name: make_index(d) for d in SUGGEST_INDEXES}
     schema = CatalogSchema(catalog_id=7, table="catalog_object_7", indexes=indexes)
     now = datetime.now(UTC)
     one, params_one = suggest_sql(schema, indexes["SearchableText"], Typed.of("Garden pa"),
-                                  Security(("Anonymous",), now), 10)
+                                  Security(("Anonymous",), now), Limits(), 10)
     two, params_two = suggest_sql(schema, indexes["SearchableText"], Typed.of("x'); drop"),
-                                  Security(("Anonymous", "user:bob"), now), 3)
+                                  Security(("Anonymous", "user:bob"), now), Limits(), 3)
     assert one == two
     assert "pa" in params_one and "garden pa" in params_one and "drop" not in one
     assert params_one != params_two

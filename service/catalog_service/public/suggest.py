@@ -21,7 +21,7 @@ from catalog_schemas.public_values import public_value
 
 from ..api.auth import security_for
 from ..api.caching import conditional_search
-from ..api.deps import HEADERS, credential_of, idempotent
+from ..api.deps import HEADERS, credential_of, idempotent, state_limits
 from ..api.problems import CATALOG_ERRORS, errors
 from ..api.search import caller_for
 from ..errors import LimitExceeded
@@ -115,7 +115,8 @@ async def _suggest(request: Request, name: str, q: str, limit: int, index_name: 
             # Suggestions never come from inactive content, whatever the credential.
             security = security_for(caller, cred, False, datetime.now(UTC))
             index = _text_index(catalog, index_name, explicit)
-            return await _bounded(state, caller.trusted, suggestions(conn, catalog, index, typed, security, limit))
+            return await _bounded(state, caller.trusted, suggestions(conn, catalog, index, typed, security,
+                                                                      state_limits(state, caller.trusted), limit))
 
         return await on_current_catalog(state, conn, name, run)
 

@@ -1,5 +1,5 @@
 """Search-as-you-type suggestions: completions of the last typed word and matching titles, only
-from content the caller may see (docs/decisions/0020-suggestions.md).
+from content the caller may see (docs/decisions/0022-suggestions.md).
 
 One statement per keystroke, read at one snapshot with the catalog's counter and schema revision
 (for the ETag):
@@ -21,10 +21,9 @@ from dataclasses import dataclass
 import asyncpg
 import orjson
 
-from ..indexes.simple import DateRangeIndex
 from ..indexes.text import ZCTextIndex, _upper_bound
 from ..indexes.unindex import FieldIndex
-from ..planner.plan import EFFECTIVE_INDEX, CatalogSchema, Security
+from ..planner.plan import CatalogSchema, Limits, Security, rows_overlay, select_rows
 from ..planner.sql import Params, all_of
 from ..text import index_words
 from .catalogs import Catalog
@@ -62,16 +61,11 @@ class Suggestions:
     state: tuple
 
 
-def _visible(schema: CatalogSchema, security: Security, params: Params, row: str = "o") -> list[str]:
-    """The caller's security and the effective-date filter on ``row``, as the planner applies
-    them to every search (planner.plan.select_rows)."""
-    found = []
-    if security.principals is not None:
-        found.append(f"({row}.allowed && {params.add(list(security.principals), 'text[]')})")
-    effective = schema.indexes.get(EFFECTIVE_INDEX)
-    if security.effective_at is not None and isinstance(effective, DateRangeIndex):
-        found.append(effective.covers(params.add(effective.term(security.effective_at), "bigint"), row=f"{row}."))
-    return found
+def _visible(schema: CatalogSchema, security: Security, limits: Limits, params: Params) -> list[str]:
+    """What the caller may see, as conditions on the row ``o``: the conditions the planner adds to
+    every search (planner.plan.select_rows of an empty query): the principals, the effective
+    date, and a scoped key's filter."""
+    return list(select_rows({}, schema, limits, security, params, rows_overlay(schema, (), params)).conditions)
 
 
 def _prefix_range(expr: str, prefix: str, params: Params) -> str:
@@ -83,14 +77,14 @@ def _prefix_range(expr: str, prefix: str, params: Params) -> str:
     return all_of(found)
 
 
-def words_sql(schema: CatalogSchema, index: ZCTextIndex, prefix: str, security: Security, limit: int,
-              params: Params) -> str:
+def words_sql(schema: CatalogSchema, index: ZCTextIndex, prefix: str, security: Security, limits: Limits,
+              limit: int, params: Params) -> str:
     """The visible completions of ``prefix``, as a text array in the order shown."""
     cat = params.add(schema.catalog_id, "integer")
     candidates = (f"select l.word, l.df from catalog_lexicon l where l.catalog_id = {cat} "
                   f"and l.index_name = {index.key} and {_prefix_range('l.word', prefix, params)} and l.df > 0 "
                   f"order by l.word limit {CANDIDATES}")
-    visible = _visible(schema, security, params)
+    visible = _visible(schema, security, limits, params)
     held = f"exists (select 1 from {schema.table} o where {all_of([f'({index.json} ? c.word)', *visible])})"
     if index.has_cells:
         held = _held_by_cells(schema, index, cat, visible, held)
@@ -118,12 +112,12 @@ def _held_by_cells(schema: CatalogSchema, index: ZCTextIndex, cat: str, visible:
     return f"(case when {usable} then {cells} else {held} end)"
 
 
-def titles_sql(schema: CatalogSchema, title_index: FieldIndex, prefix: str, security: Security, limit: int,
-               params: Params) -> str:
+def titles_sql(schema: CatalogSchema, title_index: FieldIndex, prefix: str, security: Security, limits: Limits,
+               limit: int, params: Params) -> str:
     """The visible objects whose sortable title starts with ``prefix``, as a JSON array of
     [uid, path, metadata] in sortable-title order."""
     value = title_index.value_expr()
-    conditions = [_prefix_range(value, prefix, params), *_visible(schema, security, params)]
+    conditions = [_prefix_range(value, prefix, params), *_visible(schema, security, limits, params)]
     return (f"(select coalesce(jsonb_agg(jsonb_build_array(t.uid, t.path, t.meta) order by t.n), '[]') "
             f"from (select o.uid, o.path, o.meta, row_number() over (order by {value}, o.rid) as n "
             f"from {schema.table} o where {all_of(conditions)} order by {value}, o.rid "
@@ -136,26 +130,26 @@ def title_index_of(schema: CatalogSchema) -> FieldIndex | None:
 
 
 def suggest_sql(schema: CatalogSchema, index: ZCTextIndex | None, typed: Typed, security: Security,
-                limit: int) -> tuple[str, list]:
+                limits: Limits, limit: int) -> tuple[str, list]:
     """One statement: the catalog's counter and schema revision, the words and the titles."""
     params = Params()
     cat = params.add(schema.catalog_id, "integer")
     words = "'{}'::text[]"
     if index is not None and typed.prefix is not None:
-        words = words_sql(schema, index, typed.prefix, security, limit, params)
+        words = words_sql(schema, index, typed.prefix, security, limits, limit, params)
     titles = "'[]'::jsonb"
     title_index = title_index_of(schema)
     if title_index is not None and typed.title_prefix is not None:
-        titles = titles_sql(schema, title_index, typed.title_prefix, security, limit, params)
+        titles = titles_sql(schema, title_index, typed.title_prefix, security, limits, limit, params)
     sql = (f"select c.counter, c.schema_rev, {words} as words, {titles} as titles "
            f"from catalog c where c.id = {cat}")
     return sql, params.values
 
 
 async def suggestions(conn: asyncpg.Connection, catalog: Catalog, index: ZCTextIndex | None, typed: Typed,
-                      security: Security, limit: int) -> Suggestions:
+                      security: Security, limits: Limits, limit: int) -> Suggestions:
     """Raises StaleSchema when the catalog changed since ``catalog`` was loaded."""
-    sql, params = suggest_sql(catalog.schema, index, typed, security, limit)
+    sql, params = suggest_sql(catalog.schema, index, typed, security, limits, limit)
     # A generic plan, made once per connection: planning this statement took 2-5 ms, several times
     # its run, and its plan does not depend on the values (the same index reads for every prefix:
     # the lexicon's key range, the word's cells, the sortable title's range, each cut by a limit).
