@@ -21,6 +21,7 @@ from .api.problems import problem
 from .db import resolve_dsn
 from .metrics import FACET_CACHE, LATENCY, REQUESTS, RESOLVED
 from .public import routes as public_routes
+from .public import suggest as public_suggest
 from .settings import Settings, get_settings
 from .store.batches import resolve_expired
 from .store.catalogs import CatalogRegistry
@@ -242,10 +243,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(Observe)
-    for module in (search, batches, catalogs, keys, health, public_routes):
+    routers = (search, batches, catalogs, keys, health, public_routes, public_suggest)
+    for module in routers:
         app.include_router(module.router)
-    app.state.api_routes = [*search.FAST_ROUTES, *(route for module in (search, batches, catalogs, keys, health, public_routes)
-                                                   for route in module.router.routes)]
+    app.state.api_routes = [*search.FAST_ROUTES, *(route for module in routers for route in module.router.routes)]
     docs.install(app)
     # Routes are matched in order: the searches come first, for a request that reaches the router
     # (CatalogApp takes the searches before that).

@@ -19,7 +19,7 @@ import re
 from ..settings import Settings
 from .problems import problem
 
-PUBLIC_PATH = re.compile(r"^/(search/?|[^/]+/@[^/]+(/.*)?)$")
+PUBLIC_PATH = re.compile(r"^/(search/?|suggest/?|[^/]+/@[^/]+(/.*)?)$")
 METHODS = "GET, POST, OPTIONS"
 # What a frontend sends: a bearer token, a JSON body, a revalidation, its read-your-writes position.
 ALLOWED_HEADERS = "Authorization, Content-Type, If-None-Match, X-Catalog-Min-Lsn"

@@ -134,6 +134,33 @@ Build = Callable[[Catalog, CatalogReader], SearchRequest | Awaitable[SearchReque
 After = Callable[[Catalog, CatalogReader, SearchRequest, Page], Awaitable[Page]]
 
 
+async def on_current_catalog(state, conn, name: str, run: Callable[[Catalog, bool], Awaitable]) -> tuple:
+    """(catalog, ``run(catalog, refreshed)``) for the catalog as the registry holds it, and once more
+    with a fresh copy when ``run`` finds it stale (StaleSchema)."""
+    refresh = False
+    while True:
+        catalog = await state.registry.current(conn, name, refresh=refresh)
+        if not refresh:
+            QUERIES.labels(name).inc()
+        try:
+            return catalog, await run(catalog, refresh)
+        except StaleSchema:
+            if refresh:
+                raise
+            refresh = True
+
+
+async def on_read_connection(request: Request, on: Callable[[Any], Awaitable]) -> tuple[Any, Any]:
+    """(the pool, ``on(conn)``) on a connection of a read replica when there is one (one that has
+    replayed the caller's ``X-Catalog-Min-LSN``), else of the primary."""
+    state = request.app.state
+    pool, conn = await state.db.acquire_read(request.headers.get("x-catalog-min-lsn"))
+    try:
+        return pool, await on(conn)
+    finally:
+        await state.db.release_read(pool, conn)
+
+
 async def public_page(request: Request, name: str, build: Build, after: After | None = None
                       ) -> tuple[Catalog, Page]:
     """The page ``build(catalog, reader)`` asks for (a function or a coroutine function), with the
@@ -143,28 +170,17 @@ async def public_page(request: Request, name: str, build: Build, after: After | 
     cred, lim = credential_of(request.headers), limits_for(request)
 
     async def on(conn) -> tuple[Catalog, Page]:
-        refresh = False
-        while True:
-            catalog = await state.registry.current(conn, name, refresh=refresh)
-            if not refresh:
-                QUERIES.labels(name).inc()
-            try:
-                reader = CatalogReader(conn, state, catalog, cred, lim, refresh)
-                body = build(catalog, reader)
-                if inspect.isawaitable(body):
-                    body = await body
-                page = await searched(conn, state, catalog, body, cred, lim, runner=search_page, refreshed=refresh)
-                return catalog, page if after is None else await after(catalog, reader, body, page)
-            except StaleSchema:
-                if refresh:
-                    raise
-                refresh = True
+        async def run(catalog: Catalog, refresh: bool) -> Page:
+            reader = CatalogReader(conn, state, catalog, cred, lim, refresh)
+            body = build(catalog, reader)
+            if inspect.isawaitable(body):
+                body = await body
+            page = await searched(conn, state, catalog, body, cred, lim, runner=search_page, refreshed=refresh)
+            return page if after is None else await after(catalog, reader, body, page)
 
-    pool, conn = await state.db.acquire_read(request.headers.get("x-catalog-min-lsn"))
-    try:
-        catalog, page = await on(conn)
-    finally:
-        await state.db.release_read(pool, conn)
+        return await on_current_catalog(state, conn, name, run)
+
+    pool, (catalog, page) = await on_read_connection(request, on)
     if not page.complete and pool is not state.db.primary:
         async with state.db.acquire() as conn:
             catalog, page = await on(conn)
