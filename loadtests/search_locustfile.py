@@ -1,0 +1,48 @@
+"""Locust users of `make loadtest-search` (loadtests/search_run.py): one mix of search_mix.py.
+
+    LOADSEARCH_MIX=headless LOADSEARCH_CATALOG=loadsearch-100000 LOADSEARCH_OBJECTS=100000 \\
+        locust -f loadtests/search_locustfile.py --headless -u 50 -t 60s --host http://127.0.0.1:8080
+
+Each user sends its next request as soon as the last one is answered (no think time): the
+figures are the throughput of the server under that many concurrent users, and the latency it
+answers with then. Settings (environment): ``LOADSEARCH_MIX`` (``headless`` or ``restapi``),
+``LOADSEARCH_CATALOG``, ``LOADSEARCH_OBJECTS`` (the corpus size: the folders the listings pick
+from), ``LOADSEARCH_SEARCH_PATH`` (the restapi mix's ``@search`` path), ``LOADSEARCH_HIGHLIGHT``
+(a ``name=value`` pair for the site search; empty: none), ``LOADSEARCH_SUGGEST`` (the suggest
+route's path; empty: none), ``LOADSEARCH_SEED``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import sys
+from pathlib import Path
+
+from locust import FastHttpUser, constant, task
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_mix import Mix  # noqa: E402
+
+MIX = Mix(mix=os.environ.get("LOADSEARCH_MIX", "headless"), catalog=os.environ.get("LOADSEARCH_CATALOG", "demo"),
+          objects=int(os.environ.get("LOADSEARCH_OBJECTS", "2000")),
+          search_path=os.environ.get("LOADSEARCH_SEARCH_PATH", ""),
+          highlight=os.environ.get("LOADSEARCH_HIGHLIGHT", ""), suggest=os.environ.get("LOADSEARCH_SUGGEST", ""))
+SEED = int(os.environ.get("LOADSEARCH_SEED", "1"))
+HEADERS = {"Accept": "application/json"}  # plone.restapi answers JSON only when asked for it
+
+
+class SearchUser(FastHttpUser):
+    wait_time = constant(0)
+    serial = itertools.count()
+
+    def on_start(self):
+        # Each user its own generator, seeded by its number: a run draws the same requests in
+        # each mix (as far as the users get).
+        self.rnd = random.Random(SEED * 100_003 + next(self.serial))
+
+    @task
+    def act(self):
+        for call in MIX.draw(self.rnd):
+            self.client.get(call.url, headers=HEADERS, name=call.kind)
