@@ -29,7 +29,6 @@ import os
 import platform
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -154,14 +153,24 @@ def run_locust(target: Target, users: int, seconds: int, out: Path) -> dict:
            "LOADSEARCH_OBJECTS": str(target.mix.objects), "LOADSEARCH_SEARCH_PATH": target.mix.search_path,
            "LOADSEARCH_HIGHLIGHT": target.mix.highlight, "LOADSEARCH_SUGGEST": target.mix.suggest}
     print(f"locust: {target.label}, {users} users, {seconds} s", file=sys.stderr, flush=True)
-    subprocess.run([str(Path(sys.executable).parent / "locust"), "-f", str(HERE / "search_locustfile.py"),
-                    "--headless", "-u", str(users), "-r", str(users), "-t", f"{seconds}s", "--host", target.host,
-                    "--csv", str(prefix), "--only-summary", "--stop-timeout", "5", "--loglevel", "WARNING"],
-                   env=env, check=False, cwd=ROOT, timeout=seconds + 300, stdout=subprocess.DEVNULL)
+    log = Path(f"{prefix}.log")
+    with log.open("w") as out_log:  # locust's summary tables, and its errors
+        subprocess.run([str(Path(sys.executable).parent / "locust"), "-f", str(HERE / "search_locustfile.py"),
+                        "--headless", "-u", str(users), "-r", str(users), "-t", f"{seconds}s", "--host", target.host,
+                        "--csv", str(prefix), "--only-summary", "--stop-timeout", "5", "--loglevel", "WARNING"],
+                       env=env, check=False, cwd=ROOT, timeout=seconds + 300, stdout=out_log, stderr=out_log)
+    if not Path(f"{prefix}_stats.csv").exists():
+        raise RuntimeError(f"locust wrote no statistics:\n{log.read_text(errors='replace')[-3000:]}")
     with open(f"{prefix}_stats.csv") as f:
         rows = list(csv.DictReader(f))
+    with open(f"{prefix}_failures.csv") as f:
+        failures = list(csv.DictReader(f))
     for suffix in ("_failures.csv", "_exceptions.csv"):
         Path(f"{prefix}{suffix}").unlink(missing_ok=True)
+    if failures:  # kept with the report: what failed, and how often
+        log.write_text("\n".join(f"{f['Name']}: {f['Occurrences']} x {f['Error']}" for f in failures) + "\n")
+    else:
+        log.unlink()
     return {r["Name"]: {"requests": int(r["Request Count"]), "failures": int(r["Failure Count"]),
                         "p50": _ms(r["50%"]), "p95": _ms(r["95%"]), "p99": _ms(r["99%"]),
                         "rps": float(r["Requests/s"])} for r in rows}
