@@ -3,13 +3,14 @@
     LOADSEARCH_MIX=headless LOADSEARCH_CATALOG=loadsearch-100000 LOADSEARCH_OBJECTS=100000 \\
         locust -f loadtests/search_locustfile.py --headless -u 50 -t 60s --host http://127.0.0.1:8080
 
-Each user sends its next request as soon as the last one is answered (no think time): the
-figures are the throughput of the server under that many concurrent users, and the latency it
-answers with then. Settings (environment): ``LOADSEARCH_MIX`` (``headless`` or ``restapi``),
+Each user sends its next request as soon as the last one is answered (no think time, unless
+``LOADSEARCH_THINK`` gives some): the figures are the throughput of the server under that many
+concurrent users, and the latency it answers with then. Settings (environment): ``LOADSEARCH_MIX`` (``headless`` or ``restapi``),
 ``LOADSEARCH_CATALOG``, ``LOADSEARCH_OBJECTS`` (the corpus size: the folders the listings pick
 from), ``LOADSEARCH_SEARCH_PATH`` (the restapi mix's ``@search`` path), ``LOADSEARCH_HIGHLIGHT``
 (a ``name=value`` pair for the site search; empty: none), ``LOADSEARCH_SUGGEST`` (the suggest
-route's path; empty: none), ``LOADSEARCH_SEED``.
+route's path; empty: none), ``LOADSEARCH_SEED``, ``LOADSEARCH_THINK`` (``MIN,MAX`` seconds of think
+time between a user's actions instead of none).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import random
 import sys
 from pathlib import Path
 
-from locust import FastHttpUser, constant, task
+from locust import FastHttpUser, between, constant, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_mix import Mix  # noqa: E402
@@ -30,11 +31,12 @@ MIX = Mix(mix=os.environ.get("LOADSEARCH_MIX", "headless"), catalog=os.environ.g
           search_path=os.environ.get("LOADSEARCH_SEARCH_PATH", ""),
           highlight=os.environ.get("LOADSEARCH_HIGHLIGHT", ""), suggest=os.environ.get("LOADSEARCH_SUGGEST", ""))
 SEED = int(os.environ.get("LOADSEARCH_SEED", "1"))
+THINK = [float(s) for s in os.environ.get("LOADSEARCH_THINK", "").split(",") if s.strip()]
 HEADERS = {"Accept": "application/json"}  # plone.restapi answers JSON only when asked for it
 
 
 class SearchUser(FastHttpUser):
-    wait_time = constant(0)
+    wait_time = between(*THINK) if THINK else constant(0)
     serial = itertools.count()
 
     def on_start(self):

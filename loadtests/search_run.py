@@ -146,12 +146,13 @@ def check_same_counts(targets: list[Target], sample: int) -> list[dict]:
 # -- locust ------------------------------------------------------------------------------------
 
 
-def run_locust(target: Target, users: int, seconds: int, out: Path) -> dict:
+def run_locust(target: Target, users: int, seconds: int, out: Path, think: str = "") -> dict:
     """One headless locust run; the per-kind and aggregated figures of its CSV."""
     prefix = out / f"loadtest_search_{target.key}"
     env = {**os.environ, "LOADSEARCH_MIX": target.mix.mix, "LOADSEARCH_CATALOG": target.mix.catalog,
            "LOADSEARCH_OBJECTS": str(target.mix.objects), "LOADSEARCH_SEARCH_PATH": target.mix.search_path,
-           "LOADSEARCH_HIGHLIGHT": target.mix.highlight, "LOADSEARCH_SUGGEST": target.mix.suggest}
+           "LOADSEARCH_HIGHLIGHT": target.mix.highlight, "LOADSEARCH_SUGGEST": target.mix.suggest,
+           "LOADSEARCH_THINK": think}
     print(f"locust: {target.label}, {users} users, {seconds} s", file=sys.stderr, flush=True)
     log = Path(f"{prefix}.log")
     with log.open("w") as out_log:  # locust's summary tables, and its errors
@@ -255,10 +256,10 @@ def report(args, targets, results, ratio, notes, checked, command: str) -> str:
         f"process). Corpus: {args.objects:,} objects (`catalog_service.demo`), in the catalog "
         f"`{targets[0].mix.catalog}` and, as Plone content with the same ids, paths, titles, texts, types, "
         "subjects, workflow states and dates, in a stock Plone site on ZCatalog (plone.app.contenttypes, "
-        "plone.restapi; FileStorage, ZODB cache 30,000 objects; waitress, four threads). Service: one worker.",
+        "plone.restapi; FileStorage, ZODB cache 30,000 objects; waitress, four threads). Service: one worker. "
+        f"Load average (1 min) when the runs began: {args.load_before:.1f}; the run's niceness: {os.nice(0)}.",
         "",
-        f"Each run: `locust --headless -u {args.users} -t {args.seconds}s`, users without think time "
-        "(each sends its next request when the last is answered), Anonymous. Request kinds "
+        load_words(args) + " Request kinds "
         "(loadtests/search_mix.py): *site search* (a word, pages/news/events, 20 items; on the service with "
         f"facet counts of `{'`, `'.join(['portal_type', 'review_state', 'Subject'])}` and highlighting when "
         "offered), *live search* (a typed prefix with `*`, as Plone's livesearch), *news listing* (newest "
@@ -289,10 +290,37 @@ def report(args, targets, results, ratio, notes, checked, command: str) -> str:
         "",
         "![requests/s and response times](loadtest_search.png)",
         "",
-        "Files: `loadtest_search.json` (these figures), `loadtest_search_<run>_stats.csv` (locust's).",
+        "Files: `loadtest_search.json` (these figures), `loadtest_search_<run>_stats.csv` and "
+        "`_stats_history.csv` (locust's; runs `headless`, `service_restapi`, `plone`).",
         "",
     ]
     return "\n".join(lines)
+
+
+def think_time(text: str) -> str:
+    """``MIN,MAX`` seconds (0 <= MIN <= MAX), or empty for none."""
+    if not text:
+        return ""
+    try:
+        low, high = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give MIN,MAX seconds, e.g. 0.5,2") from None
+    if not 0 <= low <= high:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= MIN <= MAX")
+    return f"{low:g},{high:g}"
+
+
+def load_words(args) -> str:
+    """How the users loaded the servers, for the report."""
+    if args.think:
+        low, high = args.think.split(",")
+        return (f"Each run: `locust --headless -u {args.users} -t {args.seconds}s`, Anonymous users thinking "
+                f"{low} to {high} s between their actions.")
+    return (f"Each run: `locust --headless -u {args.users} -t {args.seconds}s`, Anonymous users without think "
+            "time: each sends its next request when the last is answered, so requests/s is the server's "
+            f"throughput and the latency includes the wait in its queue (in this closed loop the mean latency is "
+            f"about users / requests/s: a p95 under {TARGET_P95_MS:g} ms at {args.users} users needs more than "
+            f"{args.users / TARGET_P95_MS * 1000:,.0f} requests/s).")
 
 
 def main() -> int:
@@ -306,6 +334,9 @@ def main() -> int:
         parser.add_argument(f"--{name}", choices=("auto", "on", "off"), default="auto",
                             help=f"the headless mix's {name} requests: auto (default) when the service's "
                                  "OpenAPI lists them, on (required), off")
+    parser.add_argument("--think", default="", type=think_time,
+                        help="MIN,MAX seconds of think time between a user's actions (default none: each user "
+                             "sends its next request when the last is answered)")
     parser.add_argument("--highlight-value", default="true", help="the highlight parameter's value (default true)")
     parser.add_argument("--plone-cache", type=Path, default=plone_site.CACHE,
                         help="where Plone sites are kept between runs (default .plonedata)")
@@ -337,7 +368,8 @@ def main() -> int:
             ]
             checked = check_same_counts(targets, args.sample)
             print(f"check: {len(checked)} shared queries count the same items on the three", file=sys.stderr)
-            results = {t.key: run_locust(t, args.users, args.seconds, args.out) for t in targets}
+            args.load_before = os.getloadavg()[0]  # other work on the machine, for the report
+            results = {t.key: run_locust(t, args.users, args.seconds, args.out, args.think) for t in targets}
         (args.out / "loadtest_search_zope.log").unlink(missing_ok=True)
     finally:
         service.stop()
