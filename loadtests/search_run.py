@@ -2,8 +2,8 @@
 on a stock Plone site holding the same content, in one run.
 
 1. The corpus: ``--objects`` generated Plone-like objects (``catalog_service.demo``) in the catalog
-   ``loadsearch-N`` (DATABASE_URL, or the embedded PostgreSQL in .pgdata/loadtest; made once, then
-   kept), and the same objects as Plone content in a stock Plone site on ZCatalog
+   ``loadsearch-N-<corpus version>`` (DATABASE_URL, or the embedded PostgreSQL in .pgdata/loadtest;
+   made once, then kept), and the same objects as Plone content in a stock Plone site on ZCatalog
    (``plone_site.py``: made once, kept under .plonedata/).
 2. The service (one worker) and Zope (waitress, four threads) on free ports. Whether the service
    offers highlighting and suggestions is read from its OpenAPI document (``--highlight`` and
@@ -345,7 +345,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     command = "make loadtest-search" if os.environ.get("LOADSEARCH_FROM_MAKE") else \
         " ".join(["loadtests/search_run.py", *sys.argv[1:]])
-    catalog = f"loadsearch-{args.objects}"
+    catalog = f"loadsearch-{args.objects}-{plone_site.corpus_version()}"  # a changed corpus is loaded anew
 
     folder = plone_site.ensure_site(args.objects, args.plone_cache)
     dsn = database(args)
