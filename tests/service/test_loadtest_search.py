@@ -127,7 +127,7 @@ def test_optional_parts_follow_the_openapi_document(live_service, corpus):
 def test_locust_sends_every_kind_without_failures(live_service, corpus, tmp_path):
     target = search_run.Target("headless", "service", live_service.url,
                                Mix("headless", corpus, OBJECTS, **features_of(live_service, corpus)))
-    results = search_run.run_locust(target, users=4, seconds=4, out=tmp_path)
+    results = search_run.run_locust(target, users=4, seconds=5, out=tmp_path)
     kinds = set(results) - {"Aggregated"}
     assert kinds == set(target.mix.kinds), results
     assert all(r["requests"] > 0 and r["failures"] == 0 for r in results.values()), (
@@ -142,7 +142,7 @@ def test_the_run_against_a_stock_plone_site(database_url, tmp_path):
     """search_run.py end to end: a Plone site of the corpus made and kept, the check, three
     locust runs, the report."""
     out, cache = tmp_path / "out", tmp_path / "plone"
-    command = [sys.executable, str(ROOT / "loadtests" / "search_run.py"), "--objects", "300", "--seconds", "3",
+    command = [sys.executable, str(ROOT / "loadtests" / "search_run.py"), "--objects", "300", "--seconds", "5",
                "--users", "4", "--sample", "12", "--plone-cache", str(cache), "--out", str(out)]
     env = {**os.environ, "DATABASE_URL": database_url}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
