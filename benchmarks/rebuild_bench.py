@@ -354,6 +354,7 @@ def main() -> None:
             service.stop()
             drop_database(admin, dsn)
     output = Path(args.output)
+    output.with_name("rebuild_partial.json").unlink(missing_ok=True)  # the run ended: the report has it all
     output.parent.mkdir(parents=True, exist_ok=True)
     plotted = plot(result, output.with_name("rebuild_memory.png"))
     (output.with_name("rebuild_samples.json")).write_text(json.dumps(

@@ -314,6 +314,21 @@ class SearchResult(Model):
     complete: bool = True
     # Only when the request asked for facets: per index, in the order asked.
     facets: dict[str, FacetCounts] | None = None
+    # Only with typo: the query text with the best correction of each corrected word (null when
+    # none was corrected), and every corrected word's corrections searched for, best first.
+    did_you_mean: str | None = None
+    corrections: dict[str, list[str]] | None = None
+
+
+class PublicSearchRequest(SearchRequest):
+    """``POST /search``'s body: a ``SearchRequest`` and the public routes' opt-in extras
+    (docs/api.md, "Highlighting" and "Typo tolerance")."""
+
+    highlight: StrictBool | list[Text] | Text | None = Field(
+        default=None, description="true (Title, Description, SearchableText, those the catalog has), or "
+        "field names (metadata columns, text indexes): snippets with the text query's words in <mark>")
+    typo: StrictBool = Field(default=False, description="correct words of the text query that no visible "
+                             "object holds; corrected matches follow the exact ones")
 
 
 class PublicItem(Model):
@@ -326,6 +341,10 @@ class PublicItem(Model):
     score: int | None = Field(default=None, description="ZCatalog's data_record_score_ of a relevance-ordered "
                               "text query")
     metadata: dict[str, Any]
+    highlight: dict[str, str] | None = Field(default=None, description="with highlight: field -> HTML snippet "
+                                             "(escaped text, matched words in <mark>), fields with a match only")
+    corrected: bool | None = Field(default=None, description="with typo: whether the item matches only the "
+                                   "corrected query (it follows every exact match)")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -339,6 +358,10 @@ class PublicSearchResult(Model):
     items: list[PublicItem]
     # Only when the request asked for facets: per index, in the order asked.
     facets: dict[str, FacetCounts] | None = None
+    # Only with typo: the query text with the best correction of each corrected word (null when
+    # none was corrected), and every corrected word's corrections searched for, best first.
+    did_you_mean: str | None = None
+    corrections: dict[str, list[str]] | None = None
 
 
 class Batching(BaseModel):
@@ -374,6 +397,9 @@ class RestapiSearchResult(BaseModel):
     items_total: int
     items: list[RestapiItem]
     batching: Batching | None = None
+    # Only with typo (as /search's).
+    did_you_mean: str | None = None
+    corrections: dict[str, list[str]] | None = None
 
 
 class QuerystringCriterion(BaseModel):

@@ -70,3 +70,11 @@ class DatabaseUnavailable(Unavailable):
     terminated backend): a passing condition, answered 503 so that clients try again."""
 
     title = "Database unavailable"
+
+
+class CatalogBusy(Unavailable):
+    """A statement ran past the service's statement timeout, mostly waiting for a lock (a large
+    rebuild's commit holds the catalog's partition, docs/decisions/0018): answered 503 so that
+    clients try again, never 500."""
+
+    title = "Catalog busy"

@@ -739,3 +739,39 @@ def test_searches_skip_fastapis_layers_and_answer_like_them():
         assert app.middleware_stack is not None
 
     asyncio.run(scenario())
+
+
+def test_a_query_held_past_the_statement_timeout_is_503_not_500(database_url):
+    """A reader that waits for the catalog's partition longer than CATALOG_STATEMENT_TIMEOUT (a
+    large rebuild's commit holds it, decisions/0018: the rebuild benchmark's readers got 500s)
+    gets a 503 problem with Retry-After, and the next query after the lock is answered."""
+    import psycopg
+
+    from tests.live import start_service
+
+    service = start_service(database_url, extra_env={"CATALOG_STATEMENT_TIMEOUT": "1"})
+    try:
+        with service.client() as client:
+            name = "busy-" + uuid.uuid4().hex[:8]
+            spec = CatalogCreate(id=name, indexes=INDEXES, metadata=["Title"])
+            assert client.post("/catalogs", json=spec.model_dump()).status_code == 201
+            commit(client, name, [entry("a", "/plone/a")])
+            table = client.get(f"/catalogs/{name}").json().get("table")
+            with psycopg.connect(database_url) as holder:
+                holder.execute("select 1")
+                if table is None:
+                    table = holder.execute("select 'catalog_object_' || id from catalog where name = %s",
+                                           (name,)).fetchone()[0]
+                holder.execute(f"lock table {table} in access exclusive mode")
+                response = client.post(f"/catalogs/{name}/query", json={"query": {"portal_type": "Document"}},
+                                       headers=UNRESTRICTED)
+                holder.rollback()
+            assert response.status_code == 503, response.text
+            assert response.headers["content-type"] == "application/problem+json"
+            assert response.headers["retry-after"] == "1"
+            assert response.json()["title"] == "Catalog busy"
+            assert "statement timeout" in response.json()["detail"]
+            assert uids(query(client, name, {"portal_type": "Document"})) == ["a"]
+            client.delete(f"/catalogs/{name}")
+    finally:
+        service.stop()

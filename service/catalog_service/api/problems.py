@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from ..errors import CatalogError, DatabaseUnavailable
+from ..errors import CatalogBusy, CatalogError, DatabaseUnavailable
 from ..store.database import database_unavailable
 
 MEDIA_TYPE = "application/problem+json"
@@ -101,6 +101,14 @@ def install(app: FastAPI) -> None:
         return _answer(request, exc)
 
     async def driver_error(request: Request, exc: Exception):
+        if isinstance(exc, asyncpg.QueryCanceledError):
+            # statement_timeout: mostly a query that waited for a lock, such as the catalog's
+            # partition held by a large rebuild's commit (docs/decisions/0018). A passing state.
+            busy = CatalogBusy("the statement took longer than the service's statement timeout "
+                               "(CATALOG_STATEMENT_TIMEOUT); the catalog may be held by a large rebuild's "
+                               "commit. Try again shortly")
+            busy.__cause__ = exc
+            return _answer(request, busy)
         if not database_unavailable(exc):
             request.scope[ERROR] = exc
             return internal_error(str(request.url.path))

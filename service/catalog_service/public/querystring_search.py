@@ -34,6 +34,7 @@ from ..planner.plan import UNRESTRICTED, Security
 from ..store.catalogs import Catalog
 from ..store.search import Answer
 from . import querystring as qs
+from .extras import SearchExtras
 from .form import parse_form
 from .query import InvalidParameter, boolean_value
 from .restapi import (
@@ -50,9 +51,9 @@ from .restapi import (
 
 PATH_INDEX = "path"
 UID_INDEX = "UID"
-# The URL's query parameters each form reads besides the body.
-GET_URL_PARAMETERS = ("query", "b_start", "b_size")
-POST_URL_PARAMETERS = ("b_start", "b_size", "metadata_fields")
+# The URL's query parameters each form reads besides the body (highlight and typo: public.extras).
+GET_URL_PARAMETERS = ("query", "b_start", "b_size", "highlight", "typo")
+POST_URL_PARAMETERS = ("b_start", "b_size", "metadata_fields", "highlight", "typo")
 
 
 @dataclass(frozen=True)
@@ -171,10 +172,10 @@ def _lookups(catalog: Catalog, reader: CatalogReader, as_caller: Security):
     return lookup
 
 
-async def querystring_search(request: Request, name: str, search: QuerystringSearch, context_path: str = ""
-                             ) -> Answer:
+async def querystring_search(request: Request, name: str, search: QuerystringSearch, context_path: str = "",
+                             extras: SearchExtras | None = None) -> Answer:
     """The answer plone.restapi gives to ``search`` at the context ``context_path`` (relative to the
-    site; '' for the site root)."""
+    site; '' for the site root), with what ``extras`` (highlight, typo) add."""
     strict = request.app.state.settings.public_strict
     shape: dict = {}
 
@@ -205,13 +206,16 @@ async def querystring_search(request: Request, name: str, search: QuerystringSea
             size = max(0, min(size, search.limit - search.b_start))
         if built.empty:  # QueryBuilder runs no search
             query, size = {}, 0
+        if extras is not None:
+            read = extras.metadata(catalog, search.b_size, read)
         return SearchRequest(query=query, metadata=read, b_start=search.b_start, b_size=size,
                              show_inactive=show_inactive)
 
-    catalog, page = await public_page(request, name, build)
+    catalog, page = await public_page(request, name, build, None if extras is None else extras.after)
     total = 0 if shape["empty"] else page.total
     if search.limit:
         total = min(total, search.limit)  # QueryBuilder caps actual_result_count at the limit
     first, end = page_bounds(total, search.b_start, search.b_size)
     brains = [] if shape["empty"] else page.brains[:max(0, end - first)]
-    return restapi_answer(request, catalog, page, brains, total, search.b_start, search.b_size, shape["fields"])
+    return restapi_answer(request, catalog, page, brains, total, search.b_start, search.b_size, shape["fields"],
+                          extras)

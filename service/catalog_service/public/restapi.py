@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode
 
 import orjson
@@ -31,6 +31,9 @@ from ..planner.plan import Limits, Security
 from ..store.catalogs import Catalog
 from ..store.search import Answer, Brain, Page, StaleSchema, search_page
 from .query import InvalidParameter, Site, integer
+
+if TYPE_CHECKING:
+    from .extras import SearchExtras
 
 DEFAULT_B_SIZE = 25  # plone.restapi's DEFAULT_BATCH_SIZE
 DEFAULT_FIELDS = ("@id", "@type", "description", "review_state", "title", "type_title")
@@ -126,12 +129,16 @@ class CatalogReader:
 
 
 Build = Callable[[Catalog, CatalogReader], SearchRequest | Awaitable[SearchRequest]]
+# What runs on the search's connection once the page is found (public.extras): the page it gives
+# is the one answered.
+After = Callable[[Catalog, CatalogReader, SearchRequest, Page], Awaitable[Page]]
 
 
-async def public_page(request: Request, name: str, build: Build) -> tuple[Catalog, Page]:
+async def public_page(request: Request, name: str, build: Build, after: After | None = None
+                      ) -> tuple[Catalog, Page]:
     """The page ``build(catalog, reader)`` asks for (a function or a coroutine function), with the
-    caller's security (api.search.searched), from a read replica when there is one; ``build``
-    runs again if the catalog changed."""
+    caller's security (api.search.searched), from a read replica when there is one, passed
+    through ``after`` if given; ``build`` runs again if the catalog changed."""
     state = request.app.state
     cred, lim = credential_of(request.headers), limits_for(request)
 
@@ -142,11 +149,12 @@ async def public_page(request: Request, name: str, build: Build) -> tuple[Catalo
             if not refresh:
                 QUERIES.labels(name).inc()
             try:
-                body = build(catalog, CatalogReader(conn, state, catalog, cred, lim, refresh))
+                reader = CatalogReader(conn, state, catalog, cred, lim, refresh)
+                body = build(catalog, reader)
                 if inspect.isawaitable(body):
                     body = await body
-                return catalog, await searched(conn, state, catalog, body, cred, lim, runner=search_page,
-                                               refreshed=refresh)
+                page = await searched(conn, state, catalog, body, cred, lim, runner=search_page, refreshed=refresh)
+                return catalog, page if after is None else await after(catalog, reader, body, page)
             except StaleSchema:
                 if refresh:
                     raise
@@ -265,9 +273,10 @@ def batching_links(url: str, query_string: str, total: int, b_start: int, b_size
 
 
 def restapi_answer(request: Request, catalog: Catalog, page: Page, brains: list[Brain], items_total: int,
-                   b_start: int, b_size: int, fields: list[str]) -> Answer:
+                   b_start: int, b_size: int, fields: list[str], extras: SearchExtras | None = None) -> Answer:
     """The LazyCatalogResultSerializer's answer: ``brains`` are the page's, ``items_total`` what
-    plone.batching counts, ``b_start``/``b_size`` the page HypermediaBatch shows."""
+    plone.batching counts, ``b_start``/``b_size`` the page HypermediaBatch shows; with ``extras``,
+    what highlight and typo found added."""
     urls = Urls.of(catalog, request)
     url, query_string = request_url(request), request.url.query
     answer = {"@id": canonical_url(url, query_string), "items_total": items_total}
@@ -275,11 +284,15 @@ def restapi_answer(request: Request, catalog: Catalog, page: Page, brains: list[
     if links:
         answer["batching"] = links
     answer["items"] = [restapi_item(catalog, urls, brain, fields) for brain in brains]
+    if extras is not None:
+        answer["items"] = [extras.item(i, item) for i, item in enumerate(answer["items"])]
+        extras.answer(answer)
     return Answer(body=orjson.dumps(answer), complete=page.complete, state=page.state or ())
 
 
 async def restapi_response(request: Request, name: str, query: dict | Callable[[Catalog], dict],
-                           metadata_fields=None, fullobjects: bool = False) -> Answer:
+                           metadata_fields=None, fullobjects: bool = False,
+                           extras: SearchExtras | None = None) -> Answer:
     """plone.restapi's answer to ``catalog.searchResults(**query)`` serialized for ``request``.
 
     ``query``: a ZCatalog query as plone.restapi passes it to the catalog (its ``b_start``,
@@ -304,18 +317,20 @@ async def restapi_response(request: Request, name: str, query: dict | Callable[[
             check_b_size(integer(catalog_query["sort_limit"], "sort_limit"), request, "sort_limit")
         shape.update(b_start=b_start, b_size=page_size)
         shape["fields"], read = summary_fields(metadata_fields, catalog, strict)
+        if extras is not None:
+            read = extras.metadata(catalog, page_size, read)
         body = {"query": catalog_query, "metadata": read}
         if "b_size" not in catalog_query and "sort_limit" not in catalog_query:
             # The catalog's result unbatched, then the page of it (HypermediaBatch): that page only.
             body.update(b_start=b_start, b_size=page_size)
         return SearchRequest.model_validate(body)
 
-    catalog, page = await public_page(request, name, build)
+    catalog, page = await public_page(request, name, build, None if extras is None else extras.after)
     first, end = page_bounds(page.total, shape["b_start"], shape["b_size"])
     # A batch the catalog cut itself (b_size or sort_limit in the query) is shown from its start.
     brains = page.brains[:max(0, end - first)]
     return restapi_answer(request, catalog, page, brains, page.total, shape["b_start"], shape["b_size"],
-                          shape["fields"])
+                          shape["fields"], extras)
 
 
 # -- /search's shape ---------------------------------------------------------------------------

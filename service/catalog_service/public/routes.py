@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from catalog_schemas.api import (
     FacetRequest,
+    PublicSearchRequest,
     PublicSearchResult,
     QuerystringSearchRequest,
     RestapiSearchResult,
@@ -32,6 +33,8 @@ from ..api.problems import CATALOG_ERRORS, errors
 from ..errors import BadRequest
 from ..store.catalogs import Catalog
 from ..store.search import Answer
+from .extras import EXTRA_DESCRIPTIONS, SearchExtras
+from .extras import PARAMETERS as EXTRA_PARAMETERS
 from .form import parse_form, unflatten
 from .query import InvalidParameter, QueryTyper, integer
 from .querystring_search import (
@@ -47,7 +50,8 @@ from .restapi import DEFAULT_B_SIZE, Urls, check_b_size, public_item, public_pag
 
 router = APIRouter(tags=["public"], responses=errors(400, *CATALOG_ERRORS, 413))
 
-SEARCH_CONTROLS = ("catalog", "q", "b_start", "b_size", "metadata", "facets", "facet_limit", "facet_sort")
+SEARCH_CONTROLS = ("catalog", "q", "b_start", "b_size", "metadata", "facets", "facet_limit", "facet_sort",
+                   *EXTRA_PARAMETERS)
 
 
 def _typer(request: Request, catalog: Catalog) -> QueryTyper:
@@ -57,7 +61,8 @@ def _typer(request: Request, catalog: Catalog) -> QueryTyper:
 # -- /search -----------------------------------------------------------------------------------
 
 
-async def _public_search(request: Request, name: str, body: SearchRequest) -> Answer:
+async def _public_search(request: Request, name: str, body: SearchRequest,
+                         extras: SearchExtras | None = None) -> Answer:
     strict = request.app.state.settings.public_strict
     asked: dict = {}
 
@@ -81,23 +86,33 @@ async def _public_search(request: Request, name: str, body: SearchRequest) -> An
             check_b_size(integer(query["sort_limit"], "sort_limit"), request, "sort_limit")
         else:
             b_size = DEFAULT_B_SIZE  # never the whole catalog
+        if extras is not None:
+            read = extras.metadata(catalog, None if b_size is None else integer(b_size, "b_size"), read)
         return body.model_copy(update={"query": query, "metadata": read,
                                        "b_size": None if b_size is None else integer(b_size, "b_size")})
 
-    catalog, page = await public_page(request, name, build)
+    catalog, page = await public_page(request, name, build, None if extras is None else extras.after)
     urls = Urls.of(catalog, request)
     answer = {"items_total": page.total, "b_start": page.b_start, "b_size": page.b_size,
               "items": [public_item(catalog, urls, b, asked["columns"]) for b in page.brains]}
     if page.facets is not None:
         answer["facets"] = page.facets
+    if extras is not None:
+        answer["items"] = [extras.item(i, item) for i, item in enumerate(answer["items"])]
+        extras.answer(answer)
     return Answer(body=orjson.dumps(answer), complete=page.complete, state=page.state)
 
 
-@router.post("/search", response_model=PublicSearchResult, openapi_extra={**body_schema(SearchRequest), **HEADERS})
+@router.post("/search", response_model=PublicSearchResult,
+             openapi_extra={**body_schema(PublicSearchRequest), **HEADERS})
 @idempotent
 async def search_post(request: Request, catalog: str):
-    """A ZCatalog query (``SearchRequest``) answered in the public contract."""
-    answer = await _public_search(request, catalog, await read_body(request, SearchRequest))
+    """A ZCatalog query (``PublicSearchRequest``: a ``SearchRequest`` with ``highlight`` and
+    ``typo``) answered in the public contract."""
+    body = await read_body(request, PublicSearchRequest)
+    extras = SearchExtras.of(body.highlight, body.typo)
+    query = SearchRequest.model_construct(**{name: getattr(body, name) for name in SearchRequest.model_fields})
+    answer = await _public_search(request, catalog, query, extras)
     return Response(answer.body, media_type="application/json")
 
 
@@ -123,6 +138,7 @@ GET_PARAMETERS = {"parameters": [
      "description": "Values per facet (100 unless given)"},
     {"name": "facet_sort", "in": "query", "required": False, "schema": {"enum": ["count", "value"]},
      "description": "Facet values by count (the default) or by value"},
+    *EXTRA_DESCRIPTIONS,
     {"name": "indexes", "in": "query", "required": False, "style": "form", "explode": True,
      "schema": {"type": "object", "additionalProperties": {"type": "string"}},
      "description": "Any other parameter names an index (or an index option: path.query, path.depth:int, "
@@ -176,7 +192,8 @@ async def search_get(request: Request, catalog: str):
         raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in exc.errors()]) from exc
     if (body.b_start or 0) < 0:
         raise InvalidParameter("b_start must not be negative", parameter="b_start")
-    return await conditional_search(request, catalog, lambda: _public_search(request, catalog, body))
+    extras = SearchExtras.of(params.getlist("highlight") or None, params.get("typo"))
+    return await conditional_search(request, catalog, lambda: _public_search(request, catalog, body, extras))
 
 
 # -- /{catalog}/@search ------------------------------------------------------------------------
@@ -205,6 +222,7 @@ def _constrain_by_path(query: dict, catalog: Catalog) -> dict:
 
 async def _restapi_search(request: Request, name: str, form: dict) -> Answer:
     form = dict(form)
+    extras = SearchExtras.of(form.pop("highlight", None), form.pop("typo", None))
     if "fullobjects" in form:  # plone.restapi: present means yes, whatever its value
         return await restapi_response(request, name, {}, fullobjects=True)
     if "use_site_search_settings" in form:
@@ -223,13 +241,14 @@ async def _restapi_search(request: Request, name: str, form: dict) -> Answer:
     def query_for(catalog: Catalog) -> dict:
         return _typer(request, catalog).query(_constrain_by_path(form, catalog))
 
-    return await restapi_response(request, name, query_for, metadata_fields)
+    return await restapi_response(request, name, query_for, metadata_fields, extras=extras)
 
 
 
 
 @router.get("/{catalog}/@search", response_model=RestapiSearchResult,
-            openapi_extra={"parameters": [IF_NONE_MATCH, *HEADERS["parameters"]]}, responses=NOT_MODIFIED)
+            openapi_extra={"parameters": [*EXTRA_DESCRIPTIONS, IF_NONE_MATCH, *HEADERS["parameters"]]},
+            responses=NOT_MODIFIED)
 @idempotent
 async def restapi_search_get(request: Request, catalog: str):
     """plone.restapi's ``@search`` of the catalog's site: its query string (Zope form syntax,
@@ -264,7 +283,7 @@ QUERYSTRING_GET = {"parameters": [
      "description": "The first item of the page, when the JSON does not name one (batching links)"},
     {"name": "b_size", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1},
      "description": "Items per page, when the JSON does not name them"},
-    IF_NONE_MATCH, *HEADERS["parameters"],
+    *EXTRA_DESCRIPTIONS, IF_NONE_MATCH, *HEADERS["parameters"],
 ]}
 QUERYSTRING_POST = {**body_schema(QuerystringSearchRequest), "parameters": [
     {"name": "b_start", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0},
@@ -274,7 +293,7 @@ QUERYSTRING_POST = {**body_schema(QuerystringSearchRequest), "parameters": [
     {"name": "metadata_fields", "in": "query", "required": False, "style": "form", "explode": True,
      "schema": {"type": "array", "items": {"type": "string"}},
      "description": "Metadata columns to add to each item (instead of the body's)"},
-    *HEADERS["parameters"],
+    *EXTRA_DESCRIPTIONS, *HEADERS["parameters"],
 ]}
 
 
@@ -282,14 +301,16 @@ async def _querystring_get(request: Request, catalog: str, context_path: str) ->
     form = url_form(request, GET_URL_PARAMETERS)
     # Only the batching parameters beside the JSON (the GET form's fields are the JSON's).
     search = read_search(body_of_get(form), {k: v for k, v in form.items() if k in ("b_start", "b_size")}, request)
+    extras = SearchExtras.of(form.get("highlight"), form.get("typo"))
     return await conditional_search(request, catalog,
-                                    lambda: querystring_search(request, catalog, search, context_path))
+                                    lambda: querystring_search(request, catalog, search, context_path, extras))
 
 
 async def _querystring_post(request: Request, catalog: str, context_path: str) -> Response:
     form = url_form(request, POST_URL_PARAMETERS)
     search = read_search(json_object(await request.body()), form, request)
-    answer = await querystring_search(request, catalog, search, context_path)
+    extras = SearchExtras.of(form.get("highlight"), form.get("typo"))
+    answer = await querystring_search(request, catalog, search, context_path, extras)
     return Response(answer.body, media_type="application/json")
 
 
