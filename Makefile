@@ -105,8 +105,8 @@ loadtest: $(STAMP)
 ## live search, listings, suggestions once offered) on the service, then its @search part on the
 ## service's @search and on plone.restapi's @search of a stock Plone site (ZCatalog) with the same
 ## content (made once, kept under .plonedata/), 50 users each for LOADTEST_SECONDS. Options of
-## loadtests/search_run.py in LOADTEST_SEARCH_ARGS (e.g. "--objects 20000 --suggest off").
-## Writes docs/benchmarks/loadtest_search.md, .png, .json and locust's CSV of each run.
+## loadtests/search_run.py in LOADTEST_SEARCH_ARGS (e.g. "--objects 20000 --rounds 3").
+## Writes docs/benchmarks/loadtest_search.md, .png and .json.
 LOADTEST_SEARCH_ARGS ?=
 loadtest-search: $(STAMP)
 	$(BIN)/python loadtests/search_run.py --seconds $(LOADTEST_SECONDS) $(LOADTEST_SEARCH_ARGS)

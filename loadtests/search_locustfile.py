@@ -10,18 +10,21 @@ concurrent users, and the latency it answers with then. Settings (environment): 
 from), ``LOADSEARCH_SEARCH_PATH`` (the restapi mix's ``@search`` path), ``LOADSEARCH_HIGHLIGHT``
 (a ``name=value`` pair for the site search; empty: none), ``LOADSEARCH_SUGGEST`` (the suggest
 route's path; empty: none), ``LOADSEARCH_SEED``, ``LOADSEARCH_THINK`` (``MIN,MAX`` seconds of think
-time between a user's actions instead of none).
+time between a user's actions instead of none), ``LOADSEARCH_SAMPLES`` (a file to write every
+response's kind, end time, milliseconds and failure to, as JSON lines, when locust quits).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import sys
+import time
 from pathlib import Path
 
-from locust import FastHttpUser, between, constant, task
+from locust import FastHttpUser, between, constant, events, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_mix import Mix  # noqa: E402
@@ -33,6 +36,21 @@ MIX = Mix(mix=os.environ.get("LOADSEARCH_MIX", "headless"), catalog=os.environ.g
 SEED = int(os.environ.get("LOADSEARCH_SEED", "1"))
 THINK = [float(s) for s in os.environ.get("LOADSEARCH_THINK", "").split(",") if s.strip()]
 HEADERS = {"Accept": "application/json"}  # plone.restapi answers JSON only when asked for it
+SAMPLES = os.environ.get("LOADSEARCH_SAMPLES", "")
+answered: list[tuple[str, float, float, bool]] = []  # (kind, end time, ms, failed)
+
+
+@events.request.add_listener
+def record(name, response_time, exception, **_kw):
+    answered.append((name, time.time(), response_time, exception is not None))
+
+
+@events.quitting.add_listener
+def write_samples(**_kw):
+    """Every response, so that runs in several rounds give exact percentiles together."""
+    if SAMPLES:
+        with open(SAMPLES, "w") as f:
+            f.writelines(json.dumps(sample) + "\n" for sample in answered)
 
 
 class SearchUser(FastHttpUser):

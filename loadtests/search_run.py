@@ -11,11 +11,13 @@ on a stock Plone site holding the same content, in one run.
 3. A sample of the shared queries (``--sample``) sent to the service's ``/search`` and ``@search``
    and to Plone's ``@search``: each must count the same ``items_total`` on all three, or the run
    stops (the comparison must be of the same work). It also warms both up.
-4. Locust, headless, ``--users`` users without think time for ``--seconds`` each: the headless mix
-   on the service, then the mix's ``@search`` part on the service's ``@search``, then the same on
-   Plone's (search_mix.py, search_locustfile.py).
+4. Locust, headless, ``--users`` users without think time (``--think``) for ``--seconds`` each: the
+   headless mix on the service, then the mix's ``@search`` part on the service's ``@search``, then
+   the same on Plone's (search_mix.py, search_locustfile.py); ``--rounds`` times.
 5. ``--out``/loadtest_search.md (p50/p95/p99, requests/s and failures per request kind, the
-   ratios), loadtest_search.png, loadtest_search.json, and locust's CSV of each run.
+   ratios), loadtest_search.png and loadtest_search.json. Percentiles are exact, from every
+   response (the locustfile records them), and requests/s counts from each run's first request
+   to its last answer; ``--rounds`` interleaves the three runs, each round in another order.
 
     .venv/bin/python loadtests/search_run.py [--objects 100000] [--seconds 60] [--users 50]
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import platform
 import subprocess
@@ -146,42 +149,57 @@ def check_same_counts(targets: list[Target], sample: int) -> list[dict]:
 # -- locust ------------------------------------------------------------------------------------
 
 
-def run_locust(target: Target, users: int, seconds: int, out: Path, think: str = "") -> dict:
-    """One headless locust run; the per-kind and aggregated figures of its CSV."""
+def run_round(target: Target, users: int, seconds: int, out: Path, think: str = "") -> list[list]:
+    """One headless locust run; every response as ``[kind, end time, ms, failed]``."""
     prefix = out / f"loadtest_search_{target.key}"
+    samples = Path(f"{prefix}.samples")
     env = {**os.environ, "LOADSEARCH_MIX": target.mix.mix, "LOADSEARCH_CATALOG": target.mix.catalog,
            "LOADSEARCH_OBJECTS": str(target.mix.objects), "LOADSEARCH_SEARCH_PATH": target.mix.search_path,
            "LOADSEARCH_HIGHLIGHT": target.mix.highlight, "LOADSEARCH_SUGGEST": target.mix.suggest,
-           "LOADSEARCH_THINK": think}
+           "LOADSEARCH_THINK": think, "LOADSEARCH_SAMPLES": str(samples)}
     print(f"locust: {target.label}, {users} users, {seconds} s", file=sys.stderr, flush=True)
+    samples.unlink(missing_ok=True)
     log = Path(f"{prefix}.log")
     with log.open("w") as out_log:  # locust's summary tables, and its errors
         subprocess.run([str(Path(sys.executable).parent / "locust"), "-f", str(HERE / "search_locustfile.py"),
                         "--headless", "-u", str(users), "-r", str(users), "-t", f"{seconds}s", "--host", target.host,
                         "--csv", str(prefix), "--only-summary", "--stop-timeout", "5", "--loglevel", "WARNING"],
                        env=env, check=False, cwd=ROOT, timeout=seconds + 300, stdout=out_log, stderr=out_log)
-    rows = []
-    if Path(f"{prefix}_stats.csv").exists():
-        with open(f"{prefix}_stats.csv") as f:
-            rows = list(csv.DictReader(f))
-    if not any(r["Name"] == "Aggregated" and int(r["Request Count"]) for r in rows):
+    answered = [json.loads(line) for line in samples.read_text().splitlines()] if samples.exists() else []
+    samples.unlink(missing_ok=True)
+    if not answered:
         raise RuntimeError(f"{target.label}: locust answered no requests in {seconds} s:\n"
                            f"{log.read_text(errors='replace')[-3000:]}")
-    with open(f"{prefix}_failures.csv") as f:
-        failures = list(csv.DictReader(f))
-    for suffix in ("_failures.csv", "_exceptions.csv"):
+    failures_csv = Path(f"{prefix}_failures.csv")
+    failures = list(csv.DictReader(failures_csv.open())) if failures_csv.exists() else []
+    for suffix in ("_stats.csv", "_stats_history.csv", "_failures.csv", "_exceptions.csv"):
         Path(f"{prefix}{suffix}").unlink(missing_ok=True)
-    if failures:  # kept with the report: what failed, and how often
+    if failures:  # kept beside the report: what failed, and how often
         log.write_text("\n".join(f"{f['Name']}: {f['Occurrences']} x {f['Error']}" for f in failures) + "\n")
     else:
         log.unlink()
-    return {r["Name"]: {"requests": int(r["Request Count"]), "failures": int(r["Failure Count"]),
-                        "p50": _ms(r["50%"]), "p95": _ms(r["95%"]), "p99": _ms(r["99%"]),
-                        "rps": float(r["Requests/s"])} for r in rows}
+    return answered
 
 
-def _ms(value: str) -> float | None:
-    return None if value in ("", "N/A") else float(value)
+def percentile(ordered: list[float], fraction: float) -> float:
+    """The nearest-rank percentile of sorted milliseconds."""
+    return round(ordered[max(0, math.ceil(fraction * len(ordered)) - 1)], 1)
+
+
+def summarize(rounds: list[list[list]]) -> dict[str, dict]:
+    """Per request kind and for all (``Aggregated``): requests, failures, p50/p95/p99 ms over
+    every response of every round, and requests/s over the rounds' time (each round's first
+    request sent to its last answer)."""
+    seconds = sum(max(s[1] for s in r) - min(s[1] - s[2] / 1000 for s in r) for r in rounds)
+    every = [s for r in rounds for s in r]
+    figures = {}
+    for kind in [*dict.fromkeys(s[0] for s in every), "Aggregated"]:
+        mine = [s for s in every if kind in ("Aggregated", s[0])]
+        ordered = sorted(s[2] for s in mine)
+        figures[kind] = {"requests": len(mine), "failures": sum(1 for s in mine if s[3]),
+                         "p50": percentile(ordered, 0.50), "p95": percentile(ordered, 0.95),
+                         "p99": percentile(ordered, 0.99), "rps": len(mine) / seconds}
+    return figures
 
 
 # -- the report --------------------------------------------------------------------------------
@@ -293,8 +311,7 @@ def report(args, targets, results, ratio, notes, checked, command: str) -> str:
         "",
         "![requests/s and response times](loadtest_search.png)",
         "",
-        "Files: `loadtest_search.json` (these figures), `loadtest_search_<run>_stats.csv` and "
-        "`_stats_history.csv` (locust's; runs `headless`, `service_restapi`, `plone`).",
+        "`loadtest_search.json` holds these figures and the sample's counts.",
         "",
     ]
     return "\n".join(lines)
@@ -315,15 +332,18 @@ def think_time(text: str) -> str:
 
 def load_words(args) -> str:
     """How the users loaded the servers, for the report."""
+    rounds = (f"{args.rounds} rounds of the three runs, interleaved (each round in another order)"
+              if args.rounds > 1 else "the three runs one after the other")
+    run = f"Each run: `locust --headless -u {args.users} -t {args.seconds}s`, {rounds}"
     if args.think:
         low, high = args.think.split(",")
-        return (f"Each run: `locust --headless -u {args.users} -t {args.seconds}s`, Anonymous users thinking "
-                f"{low} to {high} s between their actions.")
-    return (f"Each run: `locust --headless -u {args.users} -t {args.seconds}s`, Anonymous users without think "
-            "time: each sends its next request when the last is answered, so requests/s is the server's "
-            f"throughput and the latency includes the wait in its queue (in this closed loop the mean latency is "
-            f"about users / requests/s: a p95 under {TARGET_P95_MS:g} ms at {args.users} users needs more than "
-            f"{args.users / TARGET_P95_MS * 1000:,.0f} requests/s).")
+        return f"{run}; Anonymous users thinking {low} to {high} s between their actions."
+    return (f"{run}; Anonymous users without think time: each sends its next request when the last is "
+            "answered, so requests/s is the server's throughput and the latency includes the wait in its "
+            f"queue (in this closed loop the mean latency is about users / requests/s: a p95 under "
+            f"{TARGET_P95_MS:g} ms at {args.users} users needs more than "
+            f"{args.users / TARGET_P95_MS * 1000:,.0f} requests/s). Percentiles are exact, over every response; "
+            "requests/s counts from a run's first request to its last answer.")
 
 
 def main() -> int:
@@ -332,6 +352,9 @@ def main() -> int:
     parser.add_argument("--objects", type=int, default=100_000, help="corpus size (default 100000)")
     parser.add_argument("--seconds", type=int, default=60, help="each locust run's time (default 60)")
     parser.add_argument("--users", type=int, default=50, help="concurrent locust users (default 50)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of the three runs, interleaved (default 1): on a machine doing other "
+                             "work, its load changes alike for each server")
     parser.add_argument("--sample", type=int, default=40, help="shared queries checked on both sides (default 40)")
     for name in ("highlight", "suggest"):
         parser.add_argument(f"--{name}", choices=("auto", "on", "off"), default="auto",
@@ -372,7 +395,11 @@ def main() -> int:
             checked = check_same_counts(targets, args.sample)
             print(f"check: {len(checked)} shared queries count the same items on the three", file=sys.stderr)
             args.load_before = os.getloadavg()[0]  # other work on the machine, for the report
-            results = {t.key: run_locust(t, args.users, args.seconds, args.out, args.think) for t in targets}
+            answered: dict[str, list] = {t.key: [] for t in targets}
+            for n in range(args.rounds):  # the order turns each round: no server always runs first
+                for target in targets[n % 3:] + targets[:n % 3]:
+                    answered[target.key].append(run_round(target, args.users, args.seconds, args.out, args.think))
+            results = {key: summarize(rounds) for key, rounds in answered.items()}
         (args.out / "loadtest_search_zope.log").unlink(missing_ok=True)
     finally:
         service.stop()
@@ -380,7 +407,8 @@ def main() -> int:
     plot(targets, results, args.out / "loadtest_search.png")
     (args.out / "loadtest_search.md").write_text(report(args, targets, results, ratio, notes, checked, command))
     (args.out / "loadtest_search.json").write_text(json.dumps(
-        {"objects": args.objects, "users": args.users, "seconds": args.seconds, "features": notes,
+        {"objects": args.objects, "users": args.users, "seconds": args.seconds, "rounds": args.rounds,
+         "think": args.think, "features": notes,
          "results": results, "ratios": ratio, "checked": checked}, indent=1))
     print("\n".join(verdicts(results, ratio)), file=sys.stderr)
     print(f"wrote {args.out / 'loadtest_search.md'}", file=sys.stderr)

@@ -124,15 +124,32 @@ def test_optional_parts_follow_the_openapi_document(live_service, corpus):
     assert bool(found["suggest"]) == any(p.endswith("/@suggest") for p in openapi["paths"])
 
 
+def test_rounds_are_summed_with_exact_percentiles():
+    # Two rounds of 2 s each: "a" answered in 1..100 ms (two failed), "b" in 1000 ms.
+    first = [["a", 1000 + n / 50, float(n), n in (7, 9)] for n in range(1, 101)]
+    second = [["b", 5001.0 + k, 1000.0, False] for k in range(2)]  # sent at 5000 and 5001
+    figures = search_run.summarize([first, second])
+    a, b, every = figures["a"], figures["b"], figures["Aggregated"]
+    assert (a["requests"], a["failures"], a["p50"], a["p95"], a["p99"]) == (100, 2, 50, 95, 99)
+    assert (b["requests"], b["p50"], b["p99"]) == (2, 1000, 1000)
+    seconds = (1002 - (1000 + 1 / 50 - 0.001)) + 2
+    assert a["rps"] == pytest.approx(100 / seconds) and every["rps"] == pytest.approx(102 / seconds)
+    assert every["p99"] == 1000 and every["p50"] == 51
+
+
 def test_locust_sends_every_kind_without_failures(live_service, corpus, tmp_path):
     target = search_run.Target("headless", "service", live_service.url,
                                Mix("headless", corpus, OBJECTS, **features_of(live_service, corpus)))
-    results = search_run.run_locust(target, users=4, seconds=5, out=tmp_path)
+    rounds = [search_run.run_round(target, users=4, seconds=4, out=tmp_path) for _ in range(2)]
+    results = search_run.summarize(rounds)
     kinds = set(results) - {"Aggregated"}
     assert kinds == set(target.mix.kinds), results
     assert all(r["requests"] > 0 and r["failures"] == 0 for r in results.values()), (
         results, [p.read_text() for p in tmp_path.glob("*.log")])
-    assert results["Aggregated"]["requests"] == sum(results[k]["requests"] for k in kinds)
+    assert results["Aggregated"]["requests"] == sum(results[k]["requests"] for k in kinds) == sum(map(len, rounds))
+    # Requests/s over the two rounds' time (each a little over its 4 s, never less than 2 s).
+    assert 2 * 2 <= results["Aggregated"]["requests"] / results["Aggregated"]["rps"] <= 2 * (4 + 6)
+    assert not list(tmp_path.iterdir())  # no CSV or log left behind when nothing failed
     assert set(WEIGHTS) >= kinds
 
 
