@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 UV_VERSION := 0.13.9
 
-.PHONY: install browser run stop test test-fast test-nightly lint lock bench bench-full bench-plone bench-storage loadtest clean
+.PHONY: install browser run stop test test-fast test-nightly lint lock bench bench-full bench-plone bench-storage loadtest loadtest-search clean
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -101,7 +101,17 @@ loadtest: $(STAMP)
 	@command -v wrk >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get install -y wrk; else sudo apt-get install -y wrk; fi; }
 	$(BIN)/python loadtests/run.py --seconds $(LOADTEST_SECONDS) $(if $(LOADTEST_FLOOR),--floor $(LOADTEST_FLOOR))
 
-## Deletes the virtualenv and the embedded PostgreSQL's data: refused while a server runs on that data.
+## A headless frontend's search traffic (site search with facets, and highlights once offered;
+## live search, listings, suggestions once offered) on the service, then its @search part on the
+## service's @search and on plone.restapi's @search of a stock Plone site (ZCatalog) with the same
+## content (made once, kept under .plonedata/), 50 users each for LOADTEST_SECONDS. Options of
+## loadtests/search_run.py in LOADTEST_SEARCH_ARGS (e.g. "--objects 20000 --rounds 3").
+## Writes docs/benchmarks/loadtest_search.md, .png and .json.
+LOADTEST_SEARCH_ARGS ?=
+loadtest-search: $(STAMP)
+	$(BIN)/python loadtests/search_run.py --seconds $(LOADTEST_SECONDS) $(LOADTEST_SEARCH_ARGS)
+
+## Deletes the virtualenv, the embedded PostgreSQL's data and the kept Plone sites of loadtest-search: refused while a server runs on that data.
 clean:
 	@for pid_file in .pgdata/*/postmaster.pid; do \
 		[ -f "$$pid_file" ] || continue; \
@@ -111,5 +121,5 @@ clean:
 			exit 1; \
 		fi; \
 	done
-	rm -rf $(VENV) .pgdata .pytest_cache build
+	rm -rf $(VENV) .pgdata .plonedata .pytest_cache build
 	rm -f plone_connector/storage/*.so plone_connector/storage/compiled_sources.json
