@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp
 
-from . import logs
+from . import demo_page, logs
 from .api import batches, catalogs, cors, docs, health, keys, problems, search
 from .api.problems import problem
 from .db import resolve_dsn
@@ -244,6 +244,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(Observe)
     routers = (search, batches, catalogs, keys, health, public_routes, public_suggest)
+    if settings.demo_page:
+        routers += (demo_page,)
     for module in routers:
         app.include_router(module.router)
     app.state.api_routes = [*search.FAST_ROUTES, *(route for module in routers for route in module.router.routes)]

@@ -360,7 +360,8 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"port to listen on (env CATALOG_PORT, default {defaults['port'].default})")
     serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     serve.add_argument("--demo", action="store_true",
-                       help="create and fill the demo catalog (2,000 objects) first if it is missing")
+                       help="create and fill the demo catalog (2,000 objects) first if it is missing, "
+                            "and show the demo search page at / (CATALOG_DEMO_PAGE)")
     sub.add_parser("migrate", help="apply database migrations", formatter_class=formatter,
                    description="Apply the missing migrations and build the indexes older catalogs lack "
                                "(the service may keep running).")
@@ -441,6 +442,8 @@ def _serve(args, settings: Settings) -> int:
         # Workers must reach the same database, embedded or not.
         os.environ["DATABASE_URL"] = dsn
         os.environ.pop("CATALOG_DATABASE_URL", None)
+        if args.demo:  # the demo page at / comes with the demo catalog, unless the setting says no
+            os.environ.setdefault("CATALOG_DEMO_PAGE", "true")
         if settings.migrate_on_start or args.demo:
             _run(dsn, _migrate(dsn))
         demo_token = _run(dsn, load_demo(dsn, "demo", 2000)) if args.demo else None

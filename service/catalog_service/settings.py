@@ -118,6 +118,10 @@ class Settings(BaseSettings):
     public_strict: bool = True
     public_max_b_size: int = Field(default=1000, ge=1)
 
+    # The demo search page at / (its assets under /demo-assets/, and POST /demo-page/token, which
+    # mints five-minute Anonymous tokens): off unless asked; `serve --demo` (make run) turns it on.
+    demo_page: bool = False
+
     # Log level of the service and uvicorn; one JSON object a line (false: plain text).
     log_level: str = "info"
     log_json: bool = True
