@@ -37,6 +37,9 @@ def test_serve_demo_on_a_fresh_embedded_postgresql(tmp_path):
                 time.sleep(0.3)
         answer = httpx.get(base + "/search", params={"catalog": "demo", "portal_type": "Folder", "b_size": 3}).json()
         assert answer["items_total"] > 0 and len(answer["items"]) == 3
+        # The demo search page is on (CATALOG_DEMO_PAGE; tests/service/test_demo_page.py tests it).
+        page = httpx.get(base + "/")
+        assert page.status_code == 200 and "/demo-assets/demo.js" in page.text
         # Paths relative to the site (/plone), metadata as plain JSON.
         assert all(item["path"].startswith("/section-") for item in answer["items"])
         assert all(isinstance(item["metadata"]["created"], str) for item in answer["items"])

@@ -86,7 +86,7 @@ async function search() {
 function renderResults(answer) {
   const shown = answer.items.length;
   $("status").textContent = answer.items_total
-    ? `${answer.items_total} results, ${answer.b_start + 1}–${answer.b_start + shown}`
+    ? `${answer.items_total} ${answer.items_total === 1 ? "result" : "results"}, ${answer.b_start + 1}–${answer.b_start + shown}`
     : "no results";
   const items = answer.items.map(item => {
     const meta = item.metadata || {};
