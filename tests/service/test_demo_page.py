@@ -119,6 +119,17 @@ def status_text(answer: dict) -> str:
     return f"{answer['items_total']} {noun}, {answer['b_start'] + 1}–{answer['b_start'] + len(answer['items'])}"
 
 
+def search_on_page(page, demo_service, text: str) -> dict:
+    """Open the page, search for ``text`` (typed, then Enter) and wait for the service's answer."""
+    service, name = demo_service
+    open_page(page, service, name)
+    page.locator("#q").fill(text)
+    page.locator("#q").press("Enter")
+    answer = public_search(service, name, {"SearchableText": text})
+    wait_for_search(page, status_text(answer))
+    return answer
+
+
 def facet_rows(page, facet: str) -> dict[str, int]:
     rows = page.locator(f"#facets input[data-facet='{facet}']")
     return {rows.nth(i).get_attribute("data-value"):
@@ -190,14 +201,10 @@ def test_type_suggest_facet_highlight_and_page_on(demo_service, browser_page):
 
 @needs_chromium
 def test_did_you_mean(demo_service, browser_page):
-    service, name = demo_service
     page = browser_page
-    open_page(page, service, name)
-    page.locator("#q").fill("musuem")
-    page.locator("#search-form button[type=submit]").click()
-    answer = public_search(service, name, {"SearchableText": "musuem"})
+    service, name = demo_service
+    answer = search_on_page(page, demo_service, "musuem")
     assert answer["did_you_mean"] == "museum"
-    wait_for_search(page, status_text(answer))
     assert page.locator("#did-you-mean").inner_text() == "Did you mean museum?"
     page.locator("#did-you-mean button").click()
     wait_for_search(page, status_text(public_search(service, name, {"SearchableText": "museum"})))
@@ -206,12 +213,9 @@ def test_did_you_mean(demo_service, browser_page):
 
 @needs_chromium
 def test_markup_in_content_is_shown_as_text(demo_service, browser_page):
-    service, name = demo_service
     page = browser_page
-    open_page(page, service, name)
-    page.locator("#q").fill("hostile")
-    page.locator("#q").press("Enter")
-    wait_for_search(page, "1 result, 1–1")
+    assert search_on_page(page, demo_service, "hostile")["items_total"] == 1
+    assert page.locator("#status").inner_text() == "1 result, 1–1"
     title = page.locator("#results .title")
     assert title.inner_text() == HOSTILE_TITLE
     assert page.locator("#results img, #results b").count() == 0
