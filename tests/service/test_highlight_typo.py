@@ -158,6 +158,14 @@ def test_bad_highlight_parameters_are_refused(live_service, catalogs):
         assert "SearchableText" in unknown.json()["valid"]
         big = client.get("/search", params={"catalog": name, "SearchableText": "x", "highlight": "1", "b_size": 101})
         assert big.status_code == 400 and big.json()["parameter"] == "b_size"
+        # A sort_limit without b_size reads that many brains: the cap holds for it too, on
+        # /search and on @search (which shows 25 of them) (review of stop 29).
+        capped = client.get("/search", params={"catalog": name, "SearchableText": "x", "highlight": "1",
+                                               "sort_on": "getId", "sort_limit": 1000})
+        assert capped.status_code == 400, capped.text
+        capped = client.get(f"/{name}/@search", params={"SearchableText": "x", "highlight": "1",
+                                                        "sort_on": "getId", "sort_limit": 1000})
+        assert capped.status_code == 400, capped.text
         typo = client.get("/search", params={"catalog": name, "SearchableText": "x", "typo": "maybe"})
         assert typo.status_code == 400 and typo.json()["parameter"] == "typo"
         body = client.post(f"/search?catalog={name}", json={"query": {}, "typo": "yes"})

@@ -36,8 +36,10 @@ async def create_catalog_key(name: str, spec: KeyCreate, request: Request, cred:
         catalog = await _admin_catalog(conn, request, name, cred)
         check_filter(spec.filter, catalog.schema, limits_for(request))
         key, text = await create_key(conn, catalog, spec)
-    return json_response(KeyCreated(**key.info(name).model_dump(), key=text).model_dump(mode="json"),
-                         status_code=201)
+    response = json_response(KeyCreated(**key.info(name).model_dump(), key=text).model_dump(mode="json"),
+                             status_code=201)
+    response.headers["Cache-Control"] = "no-store"  # the secret, shown this once
+    return response
 
 
 @router.get("/{name}/keys", response_model=KeyList)

@@ -33,6 +33,22 @@ def check_filter(scope: dict[str, Any], schema: CatalogSchema, limits: Limits) -
         if isinstance(index, ZCTextIndex):
             raise QueryError(f"filter: {name!r} is a text index; a key's filter takes other indexes only",
                              parameter="filter", valid=valid)
+        if _selects_nothing_in_particular(scope[name]):
+            # ZCatalog ignores an empty condition (an index not first in its order plans to no
+            # condition at all): the key would see the whole catalog.
+            raise QueryError(f"filter: {name!r} has no value to restrict to ({scope[name]!r})", parameter="filter")
     plan = plan_search(scope, schema, limits, UNRESTRICTED)
     if plan.deferred_error is not None:
         raise QueryError(f"filter: {plan.deferred_error.detail}", parameter="filter")
+
+
+def _selects_nothing_in_particular(value: Any) -> bool:
+    """An empty condition: None, an empty string or list, or a record whose query is one of them
+    or a list holding only None."""
+    if isinstance(value, dict):
+        if "query" not in value:
+            return True
+        value = value["query"]
+    if isinstance(value, list | tuple):
+        return all(v is None or v == "" for v in value)
+    return value is None or value == ""

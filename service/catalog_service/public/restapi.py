@@ -10,6 +10,7 @@ runs the search with the caller's security and answers what plone.restapi's
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from catalog_schemas.public_values import public_value
 from ..api.auth import Caller, Credential, security_for
 from ..api.deps import credential_of, limits_for
 from ..api.search import caller_for, searched
+from ..errors import LimitExceeded
 from ..metrics import QUERIES
 from ..planner.plan import Limits, Security
 from ..store.catalogs import Catalog
@@ -161,6 +163,20 @@ async def on_read_connection(request: Request, on: Callable[[Any], Awaitable]) -
         await state.db.release_read(pool, conn)
 
 
+async def _bounded(state, work):
+    """A public page's extras (typo corrections, highlights) within the public search timeout,
+    as the search itself (api.search.searched): their statements are a public caller's too."""
+    timeout = state.settings.public_search_timeout
+    if timeout <= 0:
+        return await work
+    try:
+        async with asyncio.timeout(timeout):
+            return await work
+    except TimeoutError:
+        raise LimitExceeded(f"the search's corrections and highlights took longer than {timeout:g} s, the most "
+                            f"for a search without the service credential; narrow it") from None
+
+
 async def public_page(request: Request, name: str, build: Build, after: After | None = None
                       ) -> tuple[Catalog, Page]:
     """The page ``build(catalog, reader)`` asks for (a function or a coroutine function), with the
@@ -176,7 +192,7 @@ async def public_page(request: Request, name: str, build: Build, after: After | 
             if inspect.isawaitable(body):
                 body = await body
             page = await searched(conn, state, catalog, body, cred, lim, runner=search_page, refreshed=refresh)
-            return page if after is None else await after(catalog, reader, body, page)
+            return page if after is None else await _bounded(state, after(catalog, reader, body, page))
 
         return await on_current_catalog(state, conn, name, run)
 
@@ -334,7 +350,10 @@ async def restapi_response(request: Request, name: str, query: dict | Callable[[
         shape.update(b_start=b_start, b_size=page_size)
         shape["fields"], read = summary_fields(metadata_fields, catalog, strict)
         if extras is not None:
-            read = extras.metadata(catalog, page_size, read)
+            # The brains the catalog reads: b_size or sort_limit when the query names one (the
+            # page is then cut from them), else the page.
+            fetched = catalog_query.get("b_size", catalog_query.get("sort_limit"))
+            read = extras.metadata(catalog, page_size if fetched is None else integer(fetched, "b_size"), read)
         body = {"query": catalog_query, "metadata": read}
         if "b_size" not in catalog_query and "sort_limit" not in catalog_query:
             # The catalog's result unbatched, then the page of it (HypermediaBatch): that page only.

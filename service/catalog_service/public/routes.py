@@ -87,7 +87,9 @@ async def _public_search(request: Request, name: str, body: SearchRequest,
         else:
             b_size = DEFAULT_B_SIZE  # never the whole catalog
         if extras is not None:
-            read = extras.metadata(catalog, None if b_size is None else integer(b_size, "b_size"), read)
+            # The page the search reads: b_size, else sort_limit caps it.
+            fetched = b_size if b_size is not None else query.get("sort_limit")
+            read = extras.metadata(catalog, None if fetched is None else integer(fetched, "b_size"), read)
         return body.model_copy(update={"query": query, "metadata": read,
                                        "b_size": None if b_size is None else integer(b_size, "b_size")})
 

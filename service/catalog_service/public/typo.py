@@ -137,6 +137,7 @@ async def _candidates(conn, catalog: Catalog, limits, security: Security, index:
         upper = _upper_bound(word[0])
         if upper is not None:
             lexicon += f" and l.word < {p.add(upper, 'text')}"
+        # (levenshtein_less_equal raises past 255 characters; LONGEST_CORRECTED keeps the window below.)
         lexicon += (f" and length(l.word) between {p.add(len(word) - budget, 'integer')} and "
                     f"{p.add(len(word) + budget, 'integer')} and levenshtein_less_equal(l.word, {target}, {reach}) "
                     f"<= {reach}")

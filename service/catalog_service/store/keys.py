@@ -88,13 +88,17 @@ def expiry(spec: KeyCreate, now: datetime) -> datetime | None:
 async def create_key(conn: asyncpg.Connection, catalog: Catalog, spec: KeyCreate) -> tuple[ScopedKey, str]:
     """Store a new key of ``catalog`` (its filter checked by the caller) and return it with its
     text, which is not kept."""
+    try:
+        filter_json = orjson.dumps(spec.filter).decode()
+    except TypeError as exc:  # an integer beyond 64 bits, which no index holds either
+        raise BadRequest(f"filter: {exc}") from None
     key_id = secrets.token_hex(8)
     text = f"{KEY_PREFIX}{key_id}.{secrets.token_urlsafe(32)}"
     async with conn.transaction():
         row = await conn.fetchrow(
             "insert into catalog_key (catalog_id, key_id, key_hash, name, filter, principals, expires) "
             "select id, $2, $3, $4, $5::jsonb, $6::text[], $7 from catalog where id = $1 returning *",
-            catalog.id, key_id, hash_key(text), spec.name, orjson.dumps(spec.filter).decode(),
+            catalog.id, key_id, hash_key(text), spec.name, filter_json,
             list(dict.fromkeys(spec.principals)), expiry(spec, datetime.now(UTC)))
         if row is None:
             raise NotFound(f"no catalog {catalog.name!r}")

@@ -97,7 +97,13 @@ class Glob:
 
     def matches(self, word: str) -> bool:
         """Whether ZCTextIndex's glob expansion selects the lexicon word ``word``."""
-        return word.startswith(self.prefix) and _glob_regex(self.pattern).match(word) is not None
+        prefix, rest = _split_glob(self.pattern)
+        if not word.startswith(prefix):
+            return False
+        if re.escape(prefix) != prefix:
+            # A prefix that is a regular expression (ZCTextIndex does not escape it): its regex.
+            return _glob_regex(self.pattern).match(word) is not None
+        return _wildcards_match(rest, word[len(prefix):])
 
     @property
     def like_pattern(self) -> str | None:
@@ -147,6 +153,34 @@ Node = Atom | Phrase | Glob | Not | And | Or
 def _split_glob(pattern: str) -> tuple[str, str]:
     cut = min((i for i in (pattern.find("*"), pattern.find("?")) if i >= 0), default=len(pattern))
     return pattern[:cut], pattern[cut:]
+
+
+def _wildcards_match(pattern: str, word: str) -> bool:
+    """Does all of ``word`` match ``pattern`` (``*`` any run, ``?`` one character)? The pieces
+    between stars are found leftmost, in order, the last one at the end: at most about
+    len(word) squared steps, where a backtracking regex of many stars (``a*?*?*?...``) took
+    minutes on one long word."""
+    pieces = pattern.split("*")
+    if len(pieces) == 1:
+        return _piece_at(pieces[0], word, 0) and len(word) == len(pieces[0])
+    first, *middle, last = pieces
+    if not _piece_at(first, word, 0):
+        return False
+    at = len(first)
+    for piece in middle:
+        found = next((i for i in range(at, len(word) - len(piece) + 1) if _piece_at(piece, word, i)), None)
+        if found is None:
+            return False
+        at = found + len(piece)
+    end = len(word) - len(last)
+    return end >= at and _piece_at(last, word, end)
+
+
+def _piece_at(piece: str, word: str, at: int) -> bool:
+    """Does ``piece`` (``?`` any one character) match ``word`` from ``at``?"""
+    if at + len(piece) > len(word):
+        return False
+    return all(p == "?" or p == w for p, w in zip(piece, word[at:at + len(piece)], strict=False))
 
 
 @lru_cache(maxsize=1024)

@@ -25,8 +25,11 @@ __all__ = ["corrected", "did_you_mean", "edit_budget", "edit_distance", "edits1"
 
 SHORTEST_CORRECTED = 5
 ONE_EDIT_UP_TO = 8
-# fuzzystrmatch's levenshtein refuses longer arguments.
-LONGEST_CORRECTED = 255
+# Longer words are not corrected: a word of n distinct letters has about 2n(36 + n) one-edit
+# candidates, built and sent to the database per request (a 249-letter word of distinct Yi
+# syllables made 142,000 of 249 characters each), and real misspellings are shorter. (Also below
+# fuzzystrmatch's limit of 255 characters.)
+LONGEST_CORRECTED = 40
 # Letters tried by edits1 beyond the word's own: what the lexicon folds Latin text to.
 ASCII_LETTERS = string.ascii_lowercase + string.digits
 
