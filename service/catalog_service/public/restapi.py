@@ -163,18 +163,18 @@ async def on_read_connection(request: Request, on: Callable[[Any], Awaitable]) -
         await state.db.release_read(pool, conn)
 
 
-async def _bounded(state, work):
-    """A public page's extras (typo corrections, highlights) within the public search timeout,
-    as the search itself (api.search.searched): their statements are a public caller's too."""
+async def within_public_timeout(state, work, what: str, trusted: bool = False):
+    """Await ``work`` within the public search timeout (as api.search.searched bounds a search),
+    unless the caller has the service credential; past it a 422 naming ``what``."""
     timeout = state.settings.public_search_timeout
-    if timeout <= 0:
+    if trusted or timeout <= 0:
         return await work
     try:
         async with asyncio.timeout(timeout):
             return await work
     except TimeoutError:
-        raise LimitExceeded(f"the search's corrections and highlights took longer than {timeout:g} s, the most "
-                            f"for a search without the service credential; narrow it") from None
+        raise LimitExceeded(f"{what} took longer than {timeout:g} s, the most for a search without the "
+                            f"service credential; narrow it") from None
 
 
 async def public_page(request: Request, name: str, build: Build, after: After | None = None
@@ -192,7 +192,8 @@ async def public_page(request: Request, name: str, build: Build, after: After | 
             if inspect.isawaitable(body):
                 body = await body
             page = await searched(conn, state, catalog, body, cred, lim, runner=search_page, refreshed=refresh)
-            return page if after is None else await _bounded(state, after(catalog, reader, body, page))
+            return page if after is None else await within_public_timeout(
+                state, after(catalog, reader, body, page), "the corrections and highlights")
 
         return await on_current_catalog(state, conn, name, run)
 

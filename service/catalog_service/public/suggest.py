@@ -9,7 +9,6 @@ store.suggest, which shows only what one visible, effective object holds.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,14 +23,13 @@ from ..api.caching import conditional_search
 from ..api.deps import HEADERS, credential_of, idempotent, state_limits
 from ..api.problems import CATALOG_ERRORS, errors
 from ..api.search import caller_for
-from ..errors import LimitExceeded
 from ..indexes.text import ZCTextIndex
 from ..store.catalogs import Catalog
 from ..store.search import Answer
 from ..store.suggest import Suggestions, Typed, suggestions
 from .query import InvalidParameter, integer
 from .querystring_search import url_form
-from .restapi import Urls, on_current_catalog, on_read_connection, request_url
+from .restapi import Urls, on_current_catalog, on_read_connection, request_url, within_public_timeout
 from .routes import IF_NONE_MATCH, NOT_MODIFIED
 
 router = APIRouter(tags=["public"], responses=errors(400, *CATALOG_ERRORS))
@@ -115,26 +113,13 @@ async def _suggest(request: Request, name: str, q: str, limit: int, index_name: 
             # Suggestions never come from inactive content, whatever the credential.
             security = security_for(caller, cred, False, datetime.now(UTC))
             index = _text_index(catalog, index_name, explicit)
-            return await _bounded(state, caller.trusted, suggestions(conn, catalog, index, typed, security,
-                                                                      state_limits(state, caller.trusted), limit))
+            found = suggestions(conn, catalog, index, typed, security, state_limits(state, caller.trusted), limit)
+            return await within_public_timeout(state, found, "the suggestions", caller.trusted)
 
         return await on_current_catalog(state, conn, name, run)
 
     _, (catalog, found) = await on_read_connection(request, on)
     return Answer(body=orjson.dumps(_answer(request, catalog, q, found)), complete=True, state=found.state)
-
-
-async def _bounded(state, trusted: bool, run):
-    """``run`` within the public search timeout for a caller without the service credential."""
-    timeout = state.settings.public_search_timeout
-    if trusted or timeout <= 0:
-        return await run
-    try:
-        async with asyncio.timeout(timeout):
-            return await run
-    except TimeoutError:
-        raise LimitExceeded(f"the suggestions took longer than {timeout:g} s, the most without the service "
-                            f"credential") from None
 
 
 def _answer(request: Request, catalog: Catalog, q: str, found: Suggestions) -> dict:
