@@ -258,3 +258,50 @@ def test_identical_misses_wait_for_one_count(dsn, monkeypatch):
         assert (h.counts.hits, h.counts.misses) == (1, 1)
 
     run(dsn, body)
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["facet cache", "no facet cache"])
+def test_a_write_between_page_and_facet_counts_is_never_mixed_in(dsn, cached):
+    """Facets, with or without their cache: the page alone (in its best form: a relevance page
+    from its score cells, not scoring every match), then the counts; a commit between the two
+    makes them run again together, of the new state."""
+    import asyncpg
+
+    async def body(h: Harness):
+        await h.write(entry("a", "Document", subjects=["x"]), entry("b", "Document", subjects=["x", "y"]))
+        facet_cache = CountCache(100) if cached else None
+        request = SearchRequest(query={"portal_type": "Document"}, b_size=1, facets=["Subject"])
+
+        class Recording(WriteAfterFirstStatement):
+            async def fetch(self, sql, *params):
+                self.sql = [*getattr(self, "sql", []), sql]
+                return await super().fetch(sql, *params)
+
+        quiet = Recording(h.conn, None)
+        answer = orjson.loads((await search(quiet, h.catalog, request, ANONYMOUS, Limits(),
+                                            facet_cache=facet_cache)).body)
+        assert (answer["items_total"], quiet.statements) == (2, 2)
+        assert "fm as materialized" not in quiet.sql[0] and "fm as materialized" in quiet.sql[1]
+        assert answer["facets"]["Subject"]["values"] == [{"value": "x", "count": 2}, {"value": "y", "count": 1}]
+
+        other = await asyncpg.connect(dsn)
+        await _init_connection(other)
+        try:
+            async def commit_another_document():
+                batch = Batch.model_validate({"batch_id": "race", "entries": [entry("c", "Document", subjects=["y"])]})
+                async with other.transaction():
+                    await batches.stage(other, h.catalog, batch, batches.convert(batch, h.catalog, 1000))
+                await batches.commit(other, h.catalog, "race")
+
+            racing = Recording(h.conn, commit_another_document)
+            answer = orjson.loads((await search(racing, h.catalog, request, ANONYMOUS, Limits(),
+                                                facet_cache=CountCache(100) if cached else None)).body)
+            assert racing.statements == 3
+            assert answer["items_total"] == 3
+            assert answer["facets"]["Subject"]["values"] == [{"value": "x", "count": 2}, {"value": "y", "count": 2}]
+            assert answer["counter"] == await h.conn.fetchval("select counter from catalog where id = $1",
+                                                              h.catalog.id)
+        finally:
+            await other.close()
+
+    run(dsn, body)

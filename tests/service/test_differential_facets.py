@@ -132,7 +132,16 @@ def zcatalog_counts(oracle, objects, query, name, principals) -> list[dict[Any, 
                  "effectiveRange": DateTime()}
         try:
             result = oracle.run(asked)
+        except OracleError as exc:
+            if not (sort_names(query) and isinstance(exc.original, IndexError)):
+                return exc
+            # ZCatalog iterated the sort index (a large result over few sort keys), which raises
+            # IndexError for mixed sort orders (oracle.outcomes): a crash of one of its sort
+            # algorithms, which another catalog's sizes avoid, not an answer; count with the other.
+            result = None
+        try:
             returned = len(oracle.run({**asked, "sort_limit": 10**9}).uids) if sort_names(query) else None
+            result = result or oracle.run({**asked, "sort_limit": 10**9})
         except OracleError as exc:
             return exc
         variants[0][value] = result.actual_result_count
@@ -192,11 +201,19 @@ def test_facet_counts_are_zcatalogs_per_user(service_catalog, anonymous, case):
                     break
                 expected[name] = counts
             if raised is None:
+                unpaged = {**{k: v for k, v in query.items() if k not in PAGING_KEYS},
+                           "allowedRolesAndUsers": principals, "effectiveRange": DateTime()}
                 try:
-                    seen.run({**{k: v for k, v in query.items() if k not in PAGING_KEYS},
-                                "allowedRolesAndUsers": principals, "effectiveRange": DateTime()})
+                    seen.run(unpaged)
                 except OracleError as exc:
                     raised = exc
+                    if sort_names(query) and isinstance(exc.original, IndexError):
+                        # the sort algorithm's crash (zcatalog_counts): what the other one answers
+                        try:
+                            seen.run({**unpaged, "sort_limit": 10**9})
+                            raised = None
+                        except OracleError as other:
+                            raised = other
             if raised is not None:
                 assert 400 <= status < 500, f"ZCatalog raises {raised}, the service answered {status}: {body}"
                 continue

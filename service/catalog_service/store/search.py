@@ -275,18 +275,20 @@ async def _page_and_facets(conn, catalog: Catalog, plan: SearchPlan, request: Se
     """The page's rows, the head row and the facet counts (with the result's total), from one
     snapshot (docs/decisions/0019).
 
-    ``facets_planned(params)`` plans the facet statement, its parameters after ``params``'s. With a
-    cache, as for totals (decision 0006): the page alone first, then the counts of the same
-    (counter, schema revision) from the cache, or from a facet statement whose own snapshot shows
-    that state; otherwise page and counts run as one statement."""
+    ``facets_planned(params)`` plans the facet statement, its parameters after ``params``'s. The
+    page alone first, in its best form (a relevance page from its score cells), then the counts
+    of the same (counter, schema revision): from the cache when it has them, else from a facet
+    statement whose own snapshot shows that state (every write moves one of the two, so it counted
+    the page's rows). Only if a write slipped in between, or for a read of staged batches (their
+    rows are not in the counter), do page and counts run as one statement: there the page comes in
+    its plain form, which scores every match."""
     alone: FacetPlan = facets_planned(None)
-    key = None
-    if cache is not None and cache.size > 0 and not request.batch_ids:
-        key = (catalog.id, alone.sql, repr(alone.params))
+    caching = cache is not None and cache.size > 0
+    key = (catalog.id, alone.sql, repr(alone.params)) if not request.batch_ids else None
     params = [catalog.id]
     batch_state = _batch_column(request, params)
     if key is not None:
-        known = cache.get(key)
+        known = cache.get(key) if caching else None
         if plan.empty:
             rows = await _fetch(conn, f"select c.counter, c.schema_rev, {batch_state} as batch_state, "
                                       f"null::bigint as rid from catalog c where c.id = $1::integer", params)
@@ -316,7 +318,11 @@ async def _page_and_facets(conn, catalog: Catalog, plan: SearchPlan, request: Se
                                              count_params), catalog)
                 return counted["counter"], counted["schema_rev"], orjson.loads(counted["facets"])
 
-            found = await cache.count(key, state, run_facets)
+            if caching:
+                found = await cache.count(key, state, run_facets)
+            else:
+                counted = await run_facets()
+                found = counted[2] if counted[:2] == state else None
         if found is not None:
             return rows, head, found
     # Page and facets in one statement, one snapshot. The page of a relevance query comes in its
@@ -339,7 +345,7 @@ async def _page_and_facets(conn, catalog: Catalog, plan: SearchPlan, request: Se
                                   f"where c.id = {cat} order by r.n", params)
     head = dict(_head(rows, catalog))
     found = orjson.loads(head["facets"])
-    if key is not None:
+    if key is not None and caching:
         cache.record(hit=False)
         cache.put(key, head["counter"], head["schema_rev"], found)
     return [r for r in rows if r["rid"] is not None], head, found
