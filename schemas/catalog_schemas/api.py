@@ -51,6 +51,10 @@ CATALOG_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 # never stored changed.
 NO_NUL_PATTERN = r"^[^\x00]*$"
 Text = Annotated[str, Field(pattern=NO_NUL_PATTERN)]
+# The codes CatalogSettings.language accepts (BCP 47 primary subtags); the service has a profile
+# of each (catalog_service/text/languages.py).
+LANGUAGE_CODES = ("ar", "bg", "cs", "da", "de", "el", "en", "es", "fi", "fr", "he", "it", "ja", "km", "ko",
+                  "lo", "my", "nl", "no", "pl", "pt", "ru", "sv", "th", "uk", "zh")
 # Versions are PostgreSQL bigints.
 BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 Version = Annotated[int, Field(ge=BIGINT_MIN, le=BIGINT_MAX)]
@@ -94,12 +98,27 @@ class CatalogSettings(Model):
     portal_type (its FTI's title), shown as ``type_title``; a type without one shows its name, as
     plone.restapi does for a type without an FTI. ``timezone``: the IANA name of the Plone
     process's zone (its ``DateTime``'s local zone), where ``@querystring-search``'s "today" and
-    relative days begin at midnight."""
+    relative days begin at midnight. ``language``: the language of the site's content (a BCP 47
+    primary subtag, ``de``), for the public search extras only: the letters typo corrections are
+    made of, whether corrections apply, the stop words never suggested nor used as corrections;
+    None: no language (docs/decisions/0025)."""
 
     public_url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://[^\s?#]+$")
     site_path: str | None = Field(default=None, max_length=2000, pattern=r"^/[^\s?#]*$")
     type_titles: dict[str, str] = Field(default_factory=dict, max_length=1000)
     timezone: str = Field(default="UTC", max_length=100)
+    language: str | None = Field(default=None, max_length=35, description=(
+        "The content's language, a BCP 47 primary subtag (lower-cased), one of: " + ", ".join(LANGUAGE_CODES)))
+
+    @field_validator("language")
+    @classmethod
+    def _known_language(cls, code: str | None) -> str | None:
+        if code is None:
+            return None
+        if code.lower() not in LANGUAGE_CODES:
+            raise ValueError(f"{code!r} is no supported language code (a BCP 47 primary subtag); "
+                             f"supported: {', '.join(LANGUAGE_CODES)}")
+        return code.lower()
 
     @field_validator("timezone")
     @classmethod

@@ -24,6 +24,12 @@ alignment distance is then computed here), only when no word one edit away is fo
 the lexicon's primary key, a few milliseconds for 220,000 words (docs/decisions/0021). Where
 the database lacks fuzzystrmatch (migration 0010 creates it where it may), long words get
 one-edit corrections only.
+
+A catalog's ``language`` setting (text.languages, docs/decisions/0025) changes three things: the
+letters one-edit candidates are made of (the language's alphabet, as the lexicon holds it), no
+corrections at all for languages where an edit is no measure of a typo (Chinese, Japanese, Thai,
+...), and its stop words, which are never corrected and never a correction. Without one, ASCII
+letters and no stop words.
 """
 
 from __future__ import annotations
@@ -39,7 +45,9 @@ from ..planner.sql import Params
 from ..store.catalogs import Catalog
 from ..store.search import Page, search_page
 from ..text import And, Glob, Node, Not, Or, TextQueryError, parse_query
+from ..text.languages import Language, language
 from ..text.typos import (
+    ASCII_LETTERS,
     corrected,
     did_you_mean,
     edit_budget,
@@ -121,13 +129,14 @@ async def _has_levenshtein(conn) -> bool:
 
 
 async def _candidates(conn, catalog: Catalog, limits, security: Security, index: str, word: str, budget: int,
-                      fuzzy: bool) -> list[tuple[str, int]]:
+                      fuzzy: bool, lang: Language | None = None) -> list[tuple[str, int]]:
     """(lexicon word, visible objects holding it, counted up to COUNTED) within reach of ``word``,
-    only words some visible object holds."""
+    only words some visible object holds, none of ``lang``'s stop words."""
     v = _visible(catalog, limits, security, index)
     p = v.params
     lexicon = (f"l.catalog_id = {p.add(catalog.id, 'integer')} and l.index_name = {p.add(index, 'text')} "
                f"and l.df > 0")
+    stop_words = lang.stop_words if lang is not None else frozenset()
     if fuzzy:
         # Two edits keep the first letter (Elasticsearch's fuzzy prefix_length 1): the lexicon's
         # primary key then reads the words of one letter, not the whole index.
@@ -141,8 +150,11 @@ async def _candidates(conn, catalog: Catalog, limits, security: Security, index:
         lexicon += (f" and length(l.word) between {p.add(len(word) - budget, 'integer')} and "
                     f"{p.add(len(word) + budget, 'integer')} and levenshtein_less_equal(l.word, {target}, {reach}) "
                     f"<= {reach}")
+        if stop_words:
+            lexicon += f" and l.word <> all({p.add(sorted(stop_words), 'text[]')})"
     else:
-        lexicon += f" and l.word = any({p.add(sorted(edits1(word)), 'text[]')})"
+        letters = lang.letters_for(word) if lang is not None else ASCII_LETTERS
+        lexicon += f" and l.word = any({p.add(sorted(edits1(word, letters) - stop_words), 'text[]')})"
     sql = (f"select d.word, d.docs from (select l.word, {v.rows_holding('l.word', p.add(COUNTED, 'bigint'))} as docs "
            f"from catalog_lexicon l where {lexicon}) d where d.docs > 0 order by d.word "
            f"limit {p.add(SCANNED, 'bigint')}")
@@ -170,21 +182,26 @@ async def find_corrections(conn, catalog: Catalog, limits, security: Security, q
         tree = parse_query(text)
     except TextQueryError:
         return Typos(index=index)
+    lang = language(catalog.settings.language)
+    if lang is not None and not lang.corrects:
+        return Typos(index=index)
+    stop_words = lang.stop_words if lang is not None else frozenset()
     fuzzy: bool | None = None
     corrections: dict[str, list[str]] = {}
     globbed = {prefix_of(g) for g in _globs(tree)}
-    for word in [w for w in positive_atoms(tree) if edit_budget(w)][:MAX_WORDS]:
+    for word in [w for w in positive_atoms(tree) if edit_budget(w) and w not in stop_words][:MAX_WORDS]:
         searched_as = word + "*" if word in globbed else f'"{word}"'
         if await _visibly_held(conn, catalog, limits, security, index, searched_as):
             continue
         budget = edit_budget(word)
-        best = rank(word, 1, await _candidates(conn, catalog, limits, security, index, word, 1, fuzzy=False))
+        best = rank(word, 1, await _candidates(conn, catalog, limits, security, index, word, 1, fuzzy=False,
+                                               lang=lang))
         if not best and budget > 1:
             if fuzzy is None:
                 fuzzy = await _has_levenshtein(conn)
             if fuzzy:
                 best = rank(word, budget, await _candidates(conn, catalog, limits, security, index, word, budget,
-                                                            fuzzy=True))
+                                                            fuzzy=True, lang=lang))
         if best:
             corrections[word] = best
     if not corrections:

@@ -8,7 +8,8 @@ One statement per keystroke, read at one snapshot with the catalog's counter and
   key), at most ``CANDIDATES`` of them, most frequent first; each kept only if one visible,
   effective object holds it (the text index's GIN answers "rows holding this word"), stopping at
   ``limit``. The lexicon counts every object, private and expired ones too, so it only proposes:
-  the visibility probe decides, and no count from it is ever shown.
+  the visibility probe decides, and no count from it is ever shown. The stop words of the
+  catalog's language (text.languages) are never candidates.
 - titles: visible, effective objects whose ``sortable_title`` starts with the typed text, in
   ``sortable_title`` order, read from that FieldIndex's btree (value, rid) and stopping at
   ``limit``.
@@ -26,6 +27,7 @@ from ..indexes.unindex import FieldIndex
 from ..planner.plan import CatalogSchema, Limits, Security, rows_overlay, select_rows
 from ..planner.sql import Params, all_of
 from ..text import index_words
+from ..text.languages import language
 from .catalogs import Catalog
 from .search import StaleSchema, _fetch
 
@@ -78,12 +80,14 @@ def _prefix_range(expr: str, prefix: str, params: Params) -> str:
 
 
 def words_sql(schema: CatalogSchema, index: ZCTextIndex, prefix: str, security: Security, limits: Limits,
-              limit: int, params: Params) -> str:
-    """The visible completions of ``prefix``, as a text array in the order shown."""
+              limit: int, params: Params, stop_words: frozenset[str] = frozenset()) -> str:
+    """The visible completions of ``prefix`` other than ``stop_words``, as a text array in the
+    order shown."""
     cat = params.add(schema.catalog_id, "integer")
+    unstopped = f" and l.word <> all({params.add(sorted(stop_words), 'text[]')})" if stop_words else ""
     candidates = (f"select l.word, l.df from catalog_lexicon l where l.catalog_id = {cat} "
-                  f"and l.index_name = {index.key} and {_prefix_range('l.word', prefix, params)} and l.df > 0 "
-                  f"order by l.word limit {CANDIDATES}")
+                  f"and l.index_name = {index.key} and {_prefix_range('l.word', prefix, params)} and l.df > 0"
+                  f"{unstopped} order by l.word limit {CANDIDATES}")
     visible = _visible(schema, security, limits, params)
     held = f"exists (select 1 from {schema.table} o where {all_of([f'({index.json} ? c.word)', *visible])})"
     if index.has_cells:
@@ -130,13 +134,13 @@ def title_index_of(schema: CatalogSchema) -> FieldIndex | None:
 
 
 def suggest_sql(schema: CatalogSchema, index: ZCTextIndex | None, typed: Typed, security: Security,
-                limits: Limits, limit: int) -> tuple[str, list]:
+                limits: Limits, limit: int, stop_words: frozenset[str] = frozenset()) -> tuple[str, list]:
     """One statement: the catalog's counter and schema revision, the words and the titles."""
     params = Params()
     cat = params.add(schema.catalog_id, "integer")
     words = "'{}'::text[]"
     if index is not None and typed.prefix is not None:
-        words = words_sql(schema, index, typed.prefix, security, limits, limit, params)
+        words = words_sql(schema, index, typed.prefix, security, limits, limit, params, stop_words)
     titles = "'[]'::jsonb"
     title_index = title_index_of(schema)
     if title_index is not None and typed.title_prefix is not None:
@@ -149,7 +153,9 @@ def suggest_sql(schema: CatalogSchema, index: ZCTextIndex | None, typed: Typed, 
 async def suggestions(conn: asyncpg.Connection, catalog: Catalog, index: ZCTextIndex | None, typed: Typed,
                       security: Security, limits: Limits, limit: int) -> Suggestions:
     """Raises StaleSchema when the catalog changed since ``catalog`` was loaded."""
-    sql, params = suggest_sql(catalog.schema, index, typed, security, limits, limit)
+    lang = language(catalog.settings.language)
+    sql, params = suggest_sql(catalog.schema, index, typed, security, limits, limit,
+                              lang.stop_words if lang is not None else frozenset())
     # A generic plan, made once per connection: planning this statement took 2-5 ms, several times
     # its run, and its plan does not depend on the values (the same index reads for every prefix:
     # the lexicon's key range, the word's cells, the sortable title's range, each cut by a limit).
