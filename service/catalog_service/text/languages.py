@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from catalog_schemas.api import LANGUAGE_CODES
-
 from .pipeline import normalize_word
 from .typos import ASCII_LETTERS
 
