@@ -23,8 +23,6 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
-from catalog_schemas.api import LANGUAGE_CODES
-
 from .pipeline import normalize_word
 from .typos import ASCII_LETTERS
 
