@@ -129,18 +129,23 @@ def measure_size(run: Run, services: dict[bool, Service], dsn: str, size: int) -
     args = run.args
     name = f"facets{size}"
     loader = services[True]
-    with loader.client() as admin:
-        create_catalog(admin, name)
     print(f"\n== {size:,} objects", flush=True)
-    checkpoint(dsn)
-    started = time.perf_counter()
-    if size >= DEFER_INDEXES_FROM:
-        deferred_load(loader, name, size, args.batch, args.clients)
+    if args.reuse:
+        with loader.client() as admin:
+            if admin.get(f"/catalogs/{name}").status_code != 200:
+                raise SystemExit(f"--reuse: the database has no catalog {name!r} (made by --keep)")
     else:
-        http_bulk_index(loader, name, size, args.batch, args.clients)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("vacuum analyze")
-    print(f"loaded in {time.perf_counter() - started:.0f} s", flush=True)
+        with loader.client() as admin:
+            create_catalog(admin, name)
+        checkpoint(dsn)
+        started = time.perf_counter()
+        if size >= DEFER_INDEXES_FROM:
+            deferred_load(loader, name, size, args.batch, args.clients)
+        else:
+            http_bulk_index(loader, name, size, args.batch, args.clients)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("vacuum analyze")
+        print(f"loaded in {time.perf_counter() - started:.0f} s", flush=True)
     run.floors[size] = run_floor(args.floor, dsn)
     print(f"floor: {run.floors[size]}", flush=True)
     for caches, service in services.items():
@@ -156,8 +161,9 @@ def measure_size(run: Run, services: dict[bool, Service], dsn: str, size: int) -
                 print(f"{'cached' if caches else 'uncached'} {label}: {row.total:,} results, p95 "
                       f"{pct(plain, 95):.2f} ms plain, {pct(faceted, 95):.2f} ms with facets "
                       f"({pct(faceted, 95) / pct(plain, 95):.2f}x)", flush=True)
-    with loader.client() as admin:
-        admin.delete(f"/catalogs/{name}")
+    if not (args.keep or args.reuse):
+        with loader.client() as admin:
+            admin.delete(f"/catalogs/{name}")
 
 
 def report(run: Run) -> str:
@@ -165,7 +171,8 @@ def report(run: Run) -> str:
     lines = [
         "# Facet counts: benchmark",
         "",
-        f"Produced by `python benchmarks/facets_bench.py --sizes {run.args.sizes} --floor <floor.py>` on "
+        f"Produced by `python benchmarks/facets_bench.py --sizes {run.args.sizes} --floor <floor.py>"
+        f"{' --reuse <dsn>' if run.args.reuse else ''}` on "
         f"{datetime.now(UTC):%Y-%m-%d}: {m['nproc']} cores ({m['cpu']}), Python {m['python']}, PostgreSQL "
         f"{m['postgresql']} (shared_buffers {m['shared_buffers']}), {run.args.workers} service workers. Corpus: "
         "catalog_service.demo; query as the connector sends it for Anonymous, 20 per page; facets "
@@ -245,8 +252,13 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4, help="concurrent indexing clients")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn workers of each service")
     parser.add_argument("--no-save", action="store_true", help="print only; leave docs/benchmarks alone")
+    parser.add_argument("--keep", action="store_true", help="keep the database and its catalogs (for --reuse)")
+    parser.add_argument("--reuse", metavar="DSN", help="measure the catalogs facets<size> a --keep run left in DSN")
     args = parser.parse_args()
-    dsn, admin = create_database("facetbench")
+    if args.reuse:
+        dsn, admin = args.reuse, None
+    else:
+        dsn, admin = create_database("facetbench")
     run = Run(args=args, machine=machine(dsn))
     services: dict[bool, Service] = {}
     try:
@@ -260,7 +272,10 @@ def main() -> int:
     finally:
         for service in services.values():
             service.stop()
-        drop_database(admin, dsn)
+        if admin is not None and not args.keep:
+            drop_database(admin, dsn)
+        elif admin is not None:
+            print(f"kept: --reuse {dsn}")
     print(report(run))
     return 0
 

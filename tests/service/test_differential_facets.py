@@ -223,6 +223,10 @@ def test_facet_counts_are_zcatalogs_per_user(service_catalog, anonymous, case):
                 # fit (docs/api.md, "Values typed per index": '' for a GopipIndex), where ZCatalog
                 # compares whatever it is given; the connector's route below answers as ZCatalog.
                 continue
+            if user == "anonymous" and status == 422 and body.get("title") == "Limit exceeded":
+                # The public route bounds the cost of a search without the service credential
+                # (docs/api.md, "Cost bounds of public searches"); the connector's route does not.
+                continue
             assert status == 200, f"the service answered {status}: {body}"
             assert list(body["facets"]) == list(expected)
             for facet in facets:

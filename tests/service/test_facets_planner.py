@@ -56,7 +56,13 @@ def test_parameters_follow_another_statements():
 def test_a_queried_index_is_counted_on_its_own_rows():
     alone = plan_facets({"Subject": "a"}, SCHEMA, LIMITS, UNRESTRICTED, parse_facets(["portal_type"], SCHEMA, LIMITS))
     disjunctive = plan_facets({"Subject": "a"}, SCHEMA, LIMITS, UNRESTRICTED, parse_facets(["Subject"], SCHEMA, LIMITS))
-    assert " fr0 " not in alone.sql and "fr0 as (" in disjunctive.sql
+    assert " fr0 " not in alone.sql and "fr0 as materialized (" in disjunctive.sql
+    # One facet on a queried index: the result's rows are picked from its wider rows (one scan).
+    assert "fm as materialized (select 1 as one from fr0 where sel)" in disjunctive.sql
+    # Two: each counts the query without its own index, the result its own rows.
+    both = plan_facets({"Subject": "a", "portal_type": "Document"}, SCHEMA, LIMITS, UNRESTRICTED,
+                       parse_facets(["Subject", "portal_type"], SCHEMA, LIMITS))
+    assert "fr0 as (" in both.sql and "fr1 as (" in both.sql and " where sel" not in both.sql
 
 
 @pytest.mark.parametrize("facets, error", [

@@ -15,6 +15,8 @@ statement's text depends on the query's shape and the facets asked; values are p
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +29,7 @@ from .plan import (
     CatalogSchema,
     Limits,
     Security,
+    Selection,
     _sort_spec,
     application_order,
     queried_indexes,
@@ -125,7 +128,7 @@ def plan_facets(
     main_where = "false" if main is None or not main.applied else all_of(main.conditions + sort_conditions)
 
     shared: list[str] = []  # the columns of the result's rows that facets group
-    ctes: list[str] = []
+    rests: list[tuple[int, str, Selection]] = []  # facets counted over the query without their index
     counted: list[str] = []
     for number, facet in enumerate(facets):
         index = schema.indexes[facet.index]
@@ -141,15 +144,17 @@ def plan_facets(
             rest_query = without_index(query, facet.index)
             if nothing and rest_query == query:
                 continue  # the same invalid query with X=v: it finds nothing either
-            rest = select_rows(rest_query, schema, limits, security, params, overlay, batch_ids,
+            # Planned aside first: its conditions may be the result's less some (below).
+            aside = Params()
+            aside.values = list(params.values)
+            rest = select_rows(rest_query, schema, limits, security, aside, overlay, batch_ids,
                                also_applied=(facet.index,))
             if rest.deferred_error is not None:
                 # ZCatalog would raise for the values whose objects the indexes before the invalid
                 # part find: refuse the facet rather than guess which.
                 raise rest.deferred_error
             column, rows = f"fr{number}.f", f"fr{number}"
-            ctes.append(f"fr{number} as (select o.idx->{key} as f from {source} o "
-                        f"where {all_of(rest.conditions + sort_conditions)})")
+            rests.append((number, key, rest_query, rest, aside.values))
         if isinstance(index, KeywordIndex):
             grouped = (f"select e.value, count(*) as objects from {rows} cross join lateral "
                        f"jsonb_array_elements({column}) e group by 1")
@@ -162,15 +167,62 @@ def plan_facets(
         counted.append(f"select * from (select {number} as facet, g.value, g.objects, "
                        f"row_number() over (order by {order}) as rank, count(*) over () as distinct_values "
                        f"from ({grouped}) g) r where r.rank <= greatest({limit}, 1)")
-    fm = f"fm as materialized (select {', '.join(shared) or '1 as one'} from {source} o where {main_where})"
+    narrowing = None
+    if len(rests) == 1 and main_where != "false":
+        narrowing = _narrowing(main.conditions, params.values, rests[0][3].conditions, rests[0][4])
+    if narrowing is not None:
+        # One facet whose index the query names (a value chosen in a search form): its rows are
+        # those of the result's conditions but some, and the result's rows are the ones of them
+        # that meet those too. One scan of the wider rows, the result picked from it.
+        number, key = rests[0][:2]
+        common, extra = narrowing
+        columns = [f"o.idx->{key} as f", *shared, f"({all_of(extra)}) as sel"]
+        ctes = [f"fr{number} as materialized (select {', '.join(columns)} from {source} o "
+                f"where {all_of(common + sort_conditions)})"]
+        names = [column.rsplit(" as ", 1)[1] for column in shared]
+        fm = f"fm as materialized (select {', '.join(names) or '1 as one'} from fr{number} where sel)"
+        ctes_sql = ", ".join([*ctes, fm])
+    else:
+        ctes = []
+        for number, key, rest_query, _, _ in rests:
+            rest = select_rows(rest_query, schema, limits, security, params, overlay, batch_ids,
+                               also_applied=(facets[number].index,))
+            ctes.append(f"fr{number} as (select o.idx->{key} as f from {source} o "
+                        f"where {all_of(rest.conditions + sort_conditions)})")
+        fm = f"fm as materialized (select {', '.join(shared) or '1 as one'} from {source} o where {main_where})"
+        ctes_sql = ", ".join([fm, *ctes])
     union = " union all ".join(counted) or "select null::integer as facet, null::jsonb as value, " \
                                            "null::bigint as objects, null::bigint as rank, " \
                                            "null::bigint as distinct_values where false"
-    sql = (f"with {', '.join([fm, *ctes])}, c as ({union}) "
+    sql = (f"with {ctes_sql}, c as ({union}) "
            f"select json_build_object('total', (select count(*) from fm), 'counts', coalesce((select "
            f"json_agg(json_build_array(c.facet, c.distinct_values, c.value, c.objects, c.rank) order by c.facet, c.rank) "
            f"from c), '[]'))::text as facets")
     return FacetPlan(facets=facets, sql=sql, params=params.values)
+
+
+_PLACEHOLDER = re.compile(r"\$(\d+)::")
+
+
+def _narrowing(conditions: list[str], values: list[Any], wider: list[str], wider_values: list[Any]
+               ) -> tuple[list[str], list[str]] | None:
+    """``conditions`` (parameters in ``values``) split into those ``wider`` (parameters in
+    ``wider_values``) also has and the rest, when every one of ``wider`` is among them; else None.
+    Conditions are compared as SQL with each parameter replaced by its value: the rows that meet
+    ``conditions`` are then the rows meeting ``wider`` that also meet the rest."""
+    def plain(condition: str, known: list[Any]) -> str:
+        return _PLACEHOLDER.sub(lambda m: f"⟨{known[int(m.group(1)) - 1]!r}⟩::", condition)
+
+    missing = Counter(plain(c, wider_values) for c in wider)
+    common, extra = [], []
+    for condition in conditions:
+        text = plain(condition, values)
+        if missing[text]:
+            missing[text] -= 1
+            common.append(condition)
+        else:
+            extra.append(condition)
+    return None if +missing else (common, extra)
 
 
 def facet_counts(facets: list[Facet], counts: list[list[Any]]) -> dict[str, dict[str, Any]]:
