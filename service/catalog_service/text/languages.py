@@ -8,7 +8,7 @@ stemming, no stop words), and so are Plone's own queries. A profile only says, f
   word's own characters). Latin languages fold to ASCII in the lexicon, so their letters are
   ASCII's; Cyrillic, Greek, Hebrew and Arabic words are only lower-cased, so their letters are
   the alphabet as the lexicon holds it (Greek with its accented vowels: ``θαλασσα`` is one edit
-  from ``θάλασσα``). A word written in ASCII gets the ASCII letters in any language.
+  from ``θάλασσα``). A word with Latin letters gets the ASCII letters in any language.
 - ``corrects``: whether correction by edit distance applies. Not for Chinese, Japanese, Korean,
   Thai and the scripts written like them without spaces: the lexicon holds their text as
   bigrams or fragments of syllables, where one edited character is no measure of a typo.
@@ -20,6 +20,7 @@ The word lists are ours, written for this table.
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass
 
 from .pipeline import normalize_word
@@ -28,6 +29,7 @@ from .typos import ASCII_LETTERS
 __all__ = ["LANGUAGES", "Language", "language"]
 
 DIGITS = "0123456789"
+_LATIN_LETTERS = frozenset(string.ascii_lowercase)
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,10 @@ class Language:
     stop_words: frozenset[str]
 
     def letters_for(self, word: str) -> str:
-        """The letters one-edit candidates of ``word`` are made of: ASCII for a word in ASCII (a
-        Latin word, folded), the language's alphabet otherwise."""
-        return ASCII_LETTERS if word.isascii() else self.letters
+        """The letters one-edit candidates of ``word`` are made of: ASCII for a word holding an
+        ASCII letter (a Latin word, folded), the language's alphabet otherwise (digits only too:
+        ``ΐ0000`` less its letter)."""
+        return ASCII_LETTERS if _LATIN_LETTERS & set(word) else self.letters
 
 
 def _folded(words: str) -> frozenset[str]:
