@@ -6,6 +6,7 @@ statements by text), so every value goes through ``Params.add`` and comes back a
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..errors import QueryError
@@ -41,16 +42,20 @@ class Params:
         return f"${len(self.values)}::{cast}"
 
 
+# Every name catalog_schemas.api.NAME_PATTERN admits ("_" alone too), nothing that needs quoting.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+
 def quote_literal_name(name: str) -> str:
     """A JSON key as an SQL string literal. Names come from the index registry, which only accepts
     identifiers matching ``NAME_PATTERN``; the check here keeps that promise local."""
-    if not name.replace("_", "").isalnum() or not name.isascii():
+    if not _SAFE_NAME.fullmatch(name):
         raise ValueError(f"not a safe index name: {name!r}")
     return "'" + name + "'"
 
 
 def ident(name: str) -> str:
-    if not name.replace("_", "").isalnum() or not name.isascii():
+    if not _SAFE_NAME.fullmatch(name):
         raise ValueError(f"not a safe identifier: {name!r}")
     return '"' + name + '"'
 
