@@ -128,7 +128,9 @@ def plan_facets(
     main_where = "false" if main is None or not main.applied else all_of(main.conditions + sort_conditions)
 
     shared: list[str] = []  # the columns of the result's rows that facets group
-    rests: list[tuple[int, str, Selection]] = []  # facets counted over the query without their index
+    # Facets counted over the query without their index: (number, key, that query, its selection
+    # planned aside, the parameters it was planned with).
+    rests: list[tuple[int, str, dict, Selection, list]] = []
     counted: list[str] = []
     for number, facet in enumerate(facets):
         index = schema.indexes[facet.index]
