@@ -539,20 +539,28 @@ def plan_search(
         raise LimitExceeded(f"b_size {size} is larger than the maximum {limits.max_b_size}")
     limit = size if size is not None else limits.max_unbatched
 
-    meta_sql = "o.meta::text"
-    if metadata is not None:
-        meta_sql = (f"(select coalesce(jsonb_object_agg(k, o.meta->k), '{{}}') from "
-                    f"unnest({params.add(list(metadata), 'text[]')}) k where o.meta ? k)::text")
+    wanted = params.add(list(metadata), "text[]") if metadata is not None else None
+
+    def meta_text(alias: str) -> str:
+        """The page's metadata as JSON text, of every column or of those asked for."""
+        if wanted is None:
+            return f"{alias}.meta::text"
+        return (f"(select coalesce(jsonb_object_agg(k, {alias}.meta->k), '{{}}') from "
+                f"unnest({wanted}) k where {alias}.meta ? k)::text")
+
     limit_p = params.add(limit, "bigint")
     offset_p = params.add(start, "bigint")
-    # The page alone: ORDER BY + LIMIT can walk a sort index and stop early, and PostgreSQL
-    # computes the metadata text only for the rows of the page. The total is count_sql.
+    # The page alone: ORDER BY + LIMIT can walk a sort index and stop early. The total is
+    # count_sql. The metadata text is made outside the ordered query, for the rows of the page
+    # only: in it, a top-N sort would compute it for every row it sorts (a Plone row's metadata,
+    # 1.3 kB of JSON, for 500 matches of a 20-row page: 11 of 15 ms).
     # Only scores add CTEs (text statistics over staged batches), and only the page has scores.
     ctes = "".join(f"{name} as materialized ({body}), " for name, body in ctx.ctes.items())
+    ordered = (f"select o.rid, o.uid, o.path, o.meta, {score_sql} as score "
+               f"from {source} o where {where} order by {', '.join(order_terms)} "
+               f"limit {limit_p} offset {offset_p}")
     sql = (f"{'with ' + ctes[:-2] + ' ' if ctes else ''}"
-           f"select o.rid, o.uid, o.path, {meta_sql} as meta, {score_sql} as score "
-           f"from {source} o where {where} order by {', '.join(order_terms)} "
-           f"limit {limit_p} offset {offset_p}")
+           f"select p.rid, p.uid, p.path, {meta_text('p')} as meta, p.score from ({ordered}) p")
     plain_sql, plain_below = "", 0
     if len(scored) == 1 and not batch_ids and limit > 0 and start + limit <= limits.relevance_top:
         index = schema.indexes[scored[0]]
@@ -561,7 +569,7 @@ def plan_search(
             lambda: f"({limit_p} + {offset_p}) * 4 + {params.add(limits.relevance_candidates, 'bigint')}")
         if cells is not None:
             best_where = all_of([c for c in conditions if c != text_conditions[scored[0]]])
-            plain_sql, sql = sql, _from_best_cells(sql, cells, best_where, source, meta_sql, score_sql,
+            plain_sql, sql = sql, _from_best_cells(sql, cells, best_where, source, meta_text, score_sql,
                                                    limit_p, offset_p)
             plain_below = 4 * (start + limit) + limits.relevance_candidates
     return SearchPlan(sql=sql, params=params.values, count_sql=count_sql,
@@ -572,7 +580,7 @@ def plan_search(
                       expansion_sql=expansion_sql, expansion_params=expansion_params)
 
 
-def _from_best_cells(sql: str, cells, where: str, source: str, meta_sql: str, score_sql: str,
+def _from_best_cells(sql: str, cells, where: str, source: str, meta_text, score_sql: str,
                      limit_p: str, offset_p: str) -> str:
     """The page of a relevance query read from its words' best cells (docs/decisions/0007).
 
@@ -583,14 +591,15 @@ def _from_best_cells(sql: str, cells, where: str, source: str, meta_sql: str, sc
     check is an InitPlan, so only one of the two branches reads rows."""
     return (
         f"with {cells.ctes}, "
-        f"best as materialized (select o.rid, o.uid, o.path, {meta_sql} as meta, {score_sql} as score "
+        f"best as materialized (select o.rid, o.uid, o.path, o.meta, {score_sql} as score "
         f"from {source} o where (select usable from bound) and {where} and {cells.row_cells} ?| "
         f"array(select c.token from cell c, bound b where b.score is null or c.upper * b.terms >= b.score) "
         f"order by score desc, o.rid desc limit {limit_p} + {offset_p}), "
         f"settled as materialized (select (select usable from bound) and ((select score from bound) is null or "
         f"((select count(*) from best) = {limit_p} + {offset_p} "
         f"and (select min(score) from best) >= (select score from bound))) as ok) "
-        f"(select * from best where (select ok from settled) order by score desc, rid desc offset {offset_p}) "
+        f"(select b.rid, b.uid, b.path, {meta_text('b')} as meta, b.score from (select * from best "
+        f"where (select ok from settled) order by score desc, rid desc offset {offset_p}) b) "
         f"union all (select * from ({sql}) q where not (select ok from settled))"
     )
 
