@@ -28,6 +28,7 @@ from .store.catalogs import CatalogRegistry
 from .store.database import Database
 from .store.migrations import migrate
 from .store.search import CountCache
+from .store.upkeep import StatisticsUpkeep
 
 log = logging.getLogger("catalog_service")
 
@@ -69,6 +70,7 @@ async def lifespan(app: FastAPI):
             # worker starting) is doing the same.
             await app.state.registry.upgrade_partitions(conn, wait=False)
     app.state.db = db
+    app.state.upkeep = StatisticsUpkeep(db, pause=settings.analyze_pause)
     tune_gc(settings)
     resolver = asyncio.create_task(_resolver(app))
     try:
@@ -77,6 +79,7 @@ async def lifespan(app: FastAPI):
         resolver.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await resolver
+        await app.state.upkeep.close()
         await db.close()
 
 

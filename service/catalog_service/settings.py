@@ -68,6 +68,11 @@ class Settings(BaseSettings):
     # seconds (a batch of at least that size, clear or not; 0: no limit), not statement_timeout.
     bulk_commit_entries: int = Field(default=20_000, ge=0)
     bulk_statement_timeout: float = Field(default=3600.0, ge=0)
+    # The service analyzes a catalog's partition itself once its commits changed 50 rows plus 10%
+    # of it since the last time, at most once per this many seconds per catalog (0: never, leave
+    # it to autovacuum): a catalog filled before autovacuum's next round was planned without
+    # statistics (store/upkeep.py).
+    analyze_pause: float = Field(default=30.0, ge=0)
     # Request bodies larger than these are refused with 413 before they are parsed: searches
     # and other calls, and index batches (one batch carries a whole ZODB transaction).
     max_body_size: int = Field(default=1 << 20, ge=1024)

@@ -76,6 +76,7 @@ async def post_batch(name: str, request: Request, stage: bool = Query(default=Fa
                 result = await batches.commit(conn, catalog, batch.batch_id)
             else:
                 result = await batches.apply_one_shot(conn, catalog, batch, changes)
+    state.upkeep.written(catalog, result.applied)
     BATCHES.labels(name, "committed").inc()
     return _answer(await with_lsn(state.db, result))
 
@@ -123,6 +124,8 @@ async def _settle(request: Request, name: str, batch_id: str, outcome: str) -> R
                 result = await batches.commit(conn, catalog, batch_id, bulk=bulk_of(request.app.state.settings))
             else:
                 result = await batches.abort(conn, catalog, batch_id)
+    if outcome == "committed":
+        request.app.state.upkeep.written(catalog, result.applied)
     BATCHES.labels(name, outcome).inc()
     return _answer(await with_lsn(db, result) if outcome == "committed" else result)
 
