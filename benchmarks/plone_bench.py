@@ -230,6 +230,17 @@ def render_report(results: dict, args) -> str:
                 answers = result[mode].get(str(size), {})
                 lines.append(f"| {name} | " + " | ".join(_fmt(answers.get(q, {}).get("ms"), 2) for q in QUERIES)
                              + " |")
+        waited = {n: r["queries_cleared"][str(size)] for n, r in queried.items()
+                  if "wait_ms" in next(iter(r["queries_cleared"].get(str(size), {"": {}}).values()), {})}
+        if waited:
+            lines += ["", f"Where the connector's uncached time goes at {size:,} documents: ms in all / ms of it in "
+                      "its requests to the service (from the call to the decoded answer: httpx, HTTP and the "
+                      "service's work) / requests per query.", ""]
+            lines += ["| configuration | " + " | ".join(QUERIES) + " |", "|---" + "|---:" * len(QUERIES) + "|"]
+            for name, answers in waited.items():
+                lines.append(f"| {name} | " + " | ".join(
+                    f"{answers[q]['ms']:.2f} / {answers[q]['wait_ms']:.2f} / {answers[q]['requests']:.1f}"
+                    for q in QUERIES) + " |")
         found = {n: [r["queries_cleared"].get(str(size), {}).get(q, {}).get("found") for q in QUERIES]
                  for n, r in queried.items()}
         lines += ["", "Found (`len()`): " + "; ".join(f"{n}: {', '.join(map(str, f))}" for n, f in found.items())]

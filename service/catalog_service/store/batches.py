@@ -496,46 +496,57 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     else:
         await _clear(conn, catalog, batch["version"])
 
+    # What the batch holds, so that only the statements for it run (a Plone edit: full rows only).
+    kinds = await conn.fetchrow(
+        f"select count(*) filter (where s.op = 'unindex') as unindexes, "
+        f"count(*) filter (where s.op = 'index' and s.idxs is null) as full, "
+        f"count(*) filter (where s.op = 'index' and s.idxs is not null) as partial {staged}", cat, bid)
     text_indexes = catalog.text_indexes
     if text_indexes:
         before = await _text_profile(conn, catalog, bid, text_indexes, rows)
-    removed = await _count(conn,
-        f"delete from {table} t using {rows} s where s.catalog_id = $1 and s.batch_id = $2 "
-        f"and s.op = 'unindex' and t.catalog_id = $1 and t.uid = s.uid and t.version <= s.version returning t.uid",
-        cat, bid)
-    # One row per unindexed object (a batch holds one change per object): the status counts them.
-    tombstones = await conn.execute(
-        f"insert into catalog_tombstone (catalog_id, uid, version) select $1, s.uid, s.version {staged} "
-        f"and s.op = 'unindex' on conflict (catalog_id, uid) do update set "
-        f"version = greatest(catalog_tombstone.version, excluded.version), removed = now()", cat, bid)
-    unindexes = int(tombstones.rsplit(" ", 1)[1])
+    removed = unindexes = 0
+    if kinds["unindexes"]:
+        removed = await _count(conn,
+            f"delete from {table} t using {rows} s where s.catalog_id = $1 and s.batch_id = $2 "
+            f"and s.op = 'unindex' and t.catalog_id = $1 and t.uid = s.uid and t.version <= s.version "
+            f"returning t.uid", cat, bid)
+        # One row per unindexed object (a batch holds one change per object): the status counts them.
+        tombstones = await conn.execute(
+            f"insert into catalog_tombstone (catalog_id, uid, version) select $1, s.uid, s.version {staged} "
+            f"and s.op = 'unindex' on conflict (catalog_id, uid) do update set "
+            f"version = greatest(catalog_tombstone.version, excluded.version), removed = now()", cat, bid)
+        unindexes = int(tombstones.rsplit(" ", 1)[1])
     fresh = ("s.op = 'index' and not exists (select 1 from catalog_tombstone tb where tb.catalog_id = $1 "
              "and tb.uid = s.uid and tb.version > s.version)")
-    full = await _count(conn,
-        f"insert into {table} as t (catalog_id, rid, uid, path, parent, depth, allowed, idx, text, meta, version) "
-        f"select $1, s.rid, s.uid, s.path, s.parent, s.depth, coalesce(s.allowed, catalog_allowed(s.idx)), "
-        f"s.idx, s.text, s.meta, s.version "
-        f"{staged} and s.idxs is null and {fresh} "
-        f"on conflict (catalog_id, uid) do update set path = excluded.path, parent = excluded.parent, "
-        f"depth = excluded.depth, allowed = excluded.allowed, idx = excluded.idx, text = excluded.text, "
-        f"meta = excluded.meta, "
-        f"version = excluded.version where t.version <= excluded.version returning t.uid", cat, bid)
-    partial = await _count(conn,
-        f"update {table} t set path = s.path, parent = s.parent, depth = s.depth, "
-        f"idx = (t.idx - s.idxs) || s.delta_idx, allowed = catalog_allowed((t.idx - s.idxs) || s.delta_idx), "
-        f"text = (t.text - s.idxs) || s.delta_text, "
-        f"meta = t.meta || s.delta_meta, version = s.version "
-        f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2 and s.idxs is not null "
-        f"and {fresh} and t.catalog_id = $1 and t.uid = s.uid and t.version <= s.version returning t.uid", cat, bid)
-    new_partial = await _count(conn,
-        f"insert into {table} (catalog_id, rid, uid, path, parent, depth, allowed, idx, text, meta, version) "
-        f"select $1, s.rid, s.uid, s.path, s.parent, s.depth, catalog_allowed(s.delta_idx), s.delta_idx, "
-        f"s.delta_text, s.delta_meta, s.version {staged} and s.idxs is not null and {fresh} "
-        # Objects not in the catalog: the conflict is the test, by the key's index. (A NOT EXISTS
-        # of the partition here was planned as a scan of it per row when its statistics were of
-        # an empty catalog, as in a rebuild's commit, and each scan read the pages this statement
-        # had written so far: 33 s for 20,000 objects, quadratic.)
-        f"on conflict do nothing returning uid", cat, bid)
+    full = partial = new_partial = 0
+    if kinds["full"]:
+        full = await _count(conn,
+            f"insert into {table} as t (catalog_id, rid, uid, path, parent, depth, allowed, idx, text, meta, version) "
+            f"select $1, s.rid, s.uid, s.path, s.parent, s.depth, coalesce(s.allowed, catalog_allowed(s.idx)), "
+            f"s.idx, s.text, s.meta, s.version "
+            f"{staged} and s.idxs is null and {fresh} "
+            f"on conflict (catalog_id, uid) do update set path = excluded.path, parent = excluded.parent, "
+            f"depth = excluded.depth, allowed = excluded.allowed, idx = excluded.idx, text = excluded.text, "
+            f"meta = excluded.meta, "
+            f"version = excluded.version where t.version <= excluded.version returning t.uid", cat, bid)
+    if kinds["partial"]:
+        partial = await _count(conn,
+            f"update {table} t set path = s.path, parent = s.parent, depth = s.depth, "
+            f"idx = (t.idx - s.idxs) || s.delta_idx, allowed = catalog_allowed((t.idx - s.idxs) || s.delta_idx), "
+            f"text = (t.text - s.idxs) || s.delta_text, "
+            f"meta = t.meta || s.delta_meta, version = s.version "
+            f"from {rows} s where s.catalog_id = $1 and s.batch_id = $2 and s.idxs is not null "
+            f"and {fresh} and t.catalog_id = $1 and t.uid = s.uid and t.version <= s.version returning t.uid",
+            cat, bid)
+        new_partial = await _count(conn,
+            f"insert into {table} (catalog_id, rid, uid, path, parent, depth, allowed, idx, text, meta, version) "
+            f"select $1, s.rid, s.uid, s.path, s.parent, s.depth, catalog_allowed(s.delta_idx), s.delta_idx, "
+            f"s.delta_text, s.delta_meta, s.version {staged} and s.idxs is not null and {fresh} "
+            # Objects not in the catalog: the conflict is the test, by the key's index. (A NOT EXISTS
+            # of the partition here was planned as a scan of it per row when its statistics were of
+            # an empty catalog, as in a rebuild's commit, and each scan read the pages this statement
+            # had written so far: 33 s for 20,000 objects, quadratic.)
+            f"on conflict do nothing returning uid", cat, bid)
     entries = batch["entries"]
     if text_indexes:
         applied_all = removed + full + partial + new_partial == entries
@@ -550,20 +561,24 @@ async def commit(conn: asyncpg.Connection, catalog: Catalog, batch_id: str, rows
     applied = removed + full + partial + new_partial
     # An unindex of an object that is not there is not stale, just empty.
     skipped = max(0, entries - applied - (unindexes - removed))
-    if not batch["clear"]:
-        # Gone when this transaction commits (or aborts): the objects are free for the next.
-        # By key (an index scan whatever the table's statistics say: a join planned from stale
-        # statistics scanned every dead row of the claims before).
-        await conn.execute(f"delete from catalog_inflight where catalog_id = $1 and uid = any(array("
-                           f"select s.uid {staged}))", cat, bid)
-    await conn.execute(
-        f"with done as (delete from {rows} where catalog_id = $1 and batch_id = $2) "
-        f"update catalog_batch set state = 'committed', applied = $3, skipped = $4, finished = now() "
-        f"where catalog_id = $1 and batch_id = $2", cat, bid, applied, skipped)
-    if rebuilt:
-        await _bulk_build(conn, catalog, rebuilt, bulk)
+    # Gone when this transaction commits (or aborts): the claims (the objects are free for the
+    # next commit; by key, an index scan whatever the table's statistics say: a join planned from
+    # stale statistics scanned every dead row of the claims before) and the staged rows.
+    claims = "" if batch["clear"] else (
+        f"claims as (delete from catalog_inflight where catalog_id = $1 and uid = any(array("
+        f"select s.uid {staged}))), ")
+    settle = (f"{claims}done as (delete from {rows} where catalog_id = $1 and batch_id = $2), "
+              f"settled as (update catalog_batch set state = 'committed', applied = $3, skipped = $4, "
+              f"finished = now() where catalog_id = $1 and batch_id = $2) ")
     # Last: the counter row's lock orders the commits of a catalog, and is held only to the end.
-    counter = await conn.fetchval("update catalog set counter = counter + 1 where id = $1 returning counter", cat)
+    bump = "update catalog set counter = counter + 1 where id = $1 returning counter"
+    if rebuilt:
+        await conn.execute(f"with {settle}select 1", cat, bid, applied, skipped)
+        await _bulk_build(conn, catalog, rebuilt, bulk)
+        counter = await conn.fetchval(bump, cat)
+    else:
+        # One statement: its parts see the same snapshot, and only the counter row is a new lock.
+        counter = await conn.fetchval(f"with {settle}{bump}", cat, bid, applied, skipped)
     return BatchResult(batch_id=batch_id, state="committed", applied=applied, skipped_stale=skipped, counter=counter)
 
 
