@@ -180,15 +180,17 @@ async def _lock_or_create(conn: asyncpg.Connection, catalog: Catalog, batch_id: 
     that transaction, and when it committed the row is locked on the next round. So two requests
     for one new batch id are ordered, whatever they are (stage, abort)."""
     while True:
-        found = await _batch_state(conn, catalog, batch_id)
-        if found is not None:
-            return found
+        # The insert first: batch ids are new nearly always (a Plone transaction's), and then it is
+        # the only statement.
         created = await conn.fetchval(
             "insert into catalog_batch (catalog_id, batch_id, state, clear, entries, version, finished) "
             "values ($1, $2, $3, $4, $5, $6, case when $3 = 'staged' then null else now() end) "
             "on conflict do nothing returning 1", catalog.id, batch_id, state, clear, entries, version)
         if created:
             return None
+        found = await _batch_state(conn, catalog, batch_id)
+        if found is not None:
+            return found
 
 
 STAGED = "catalog_staged"
