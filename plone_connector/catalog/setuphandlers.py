@@ -161,7 +161,7 @@ def ensure_service_catalog(tool, value_types: dict | None = None) -> None:
 
 def push_site_settings(tool) -> None:
     """Give the service's catalog what the connector knows of its site (site_settings.py): its
-    path, type titles, time zone and, while the catalog has none, its public address. A refusal
+    path, type titles, time zone and, while the catalog has none, its public address and language. A refusal
     is logged, not raised: the public routes need the settings, the site's own catalog does not."""
     client = get_client()
     catalog_id = tool.catalog_id()

@@ -9,7 +9,11 @@
   ``plone.portal_timezone``; left as the service's default (UTC) when none names an IANA zone;
 - ``public_url``: the site's ``absolute_url()`` when it is a real address (a request's host, not
   the ``nohost`` or ``foo`` Zope names without one, as in a script), and only while the catalog
-  has none: an operator's choice (a frontend's address) is kept.
+  has none: an operator's choice (a frontend's address) is kept;
+- ``language``: the primary subtag of the site's default language (``plone.default_language``:
+  ``pt-br`` gives ``pt``) when the service knows the language, and only while the catalog has
+  none, like the public address: it changes only the public search extras (typo corrections, stop
+  words of suggestions; docs/decisions/0025), and an operator may have chosen otherwise.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from catalog_schemas.api import CatalogSettings
+from catalog_schemas.api import LANGUAGE_CODES, CatalogSettings
 
 MAX_TYPE_TITLES = 1000  # CatalogSettings.type_titles holds at most this many
 LOCALTIME = Path("/etc/localtime")
@@ -83,6 +87,21 @@ def public_url_of(portal) -> str | None:
     return url.rstrip("/")
 
 
+def language_of(portal) -> str | None:
+    """The primary subtag of the site's default language, if the service has a profile for it."""
+    try:
+        from plone.registry.interfaces import IRegistry
+        from zope.component import queryUtility
+    except ImportError:
+        return None
+    registry = queryUtility(IRegistry, context=portal)
+    value = registry.get("plone.default_language") if registry is not None else None
+    if not isinstance(value, str):
+        return None
+    primary = value.replace("_", "-").split("-", 1)[0].strip().lower()
+    return primary if primary in LANGUAGE_CODES else None
+
+
 def type_titles_of(portal) -> dict[str, str]:
     types = getattr(portal, "portal_types", None)
     if types is None:
@@ -100,4 +119,7 @@ def site_settings(portal, current: CatalogSettings) -> dict:
     url = public_url_of(portal)
     if url and not current.public_url:
         changes["public_url"] = url
+    language = language_of(portal)
+    if language and not current.language:
+        changes["language"] = language
     return changes

@@ -1,6 +1,6 @@
 """The connector gives the service's catalog what it knows of its site when it installs (or
 installs again, or upgrades to profile version 3): the site's path, its types' titles, the
-process's time zone and, while the catalog has none, the site's public address."""
+process's time zone and, while the catalog has none, the site's public address and language."""
 
 from __future__ import annotations
 
@@ -82,6 +82,32 @@ def test_a_real_address_is_the_public_url_unless_one_is_set(catalog, admin):
         site.REQUEST.setServerURL("https", "backend.example")
         push_site_settings(site.portal_catalog)
     assert stored(admin, catalog)["public_url"] == "https://front.example"
+
+
+def test_the_sites_language_unless_one_is_set(catalog, admin):
+    from plone.registry.interfaces import IRegistry
+    from zope.component import getUtility
+
+    admin.patch(f"/catalogs/{catalog}/settings", json={"language": None})
+    with on_site(CONNECTED) as site:
+        registry = getUtility(IRegistry, context=site)
+        saved = registry["plone.default_language"]
+        try:
+            registry["plone.default_language"] = "pt-br"
+            push_site_settings(site.portal_catalog)
+            assert stored(admin, catalog)["language"] == "pt"
+            # An operator's choice stays.
+            admin.patch(f"/catalogs/{catalog}/settings", json={"language": "es"})
+            registry["plone.default_language"] = "de"
+            push_site_settings(site.portal_catalog)
+            assert stored(admin, catalog)["language"] == "es"
+            # A language the service has no profile for sets nothing.
+            admin.patch(f"/catalogs/{catalog}/settings", json={"language": None})
+            registry["plone.default_language"] = "eu"
+            push_site_settings(site.portal_catalog)
+            assert stored(admin, catalog)["language"] is None
+        finally:
+            registry["plone.default_language"] = saved
 
 
 def test_a_refusal_is_logged_and_the_install_goes_on(catalog, admin, monkeypatch, caplog):
