@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from ..errors import Forbidden, LimitExceeded, QueryError
@@ -476,42 +477,117 @@ def plan_search(
     b_start: int | None = None,
     b_size: int | None = None,
 ) -> SearchPlan:
+    """The plan of one search, in the steps below. Each step adds its values to the one ``Params``
+    in turn, so their order is the parameters' order: the rows' selection (the count uses only
+    those), the relevance score, the metadata names, the page's limit and offset, then the best
+    cells' bound. It is also the order in which a query's errors are found (the first raises)."""
+    selected = _select(query, schema, limits, security, batch_ids)
+    if selected.selection.deferred_error is not None:
+        return _deferred_plan(selected)
+    rows = _sorted_rows(selected)
+    relevance = _relevance(query, schema, selected, rows)
+    batch = _batch(query, limits, selected.sort, b_start, b_size)
+    page = _page(selected, rows, relevance, batch, metadata)
+    sql, plain_sql, plain_below = _best_cells_page(query, schema, limits, selected, rows, relevance, batch, page,
+                                                   batch_ids)
+    selection = selected.selection
+    return SearchPlan(sql=sql, params=selected.params.values, count_sql=rows.count_sql,
+                      b_start=batch.start, b_size=batch.size, empty=not selection.applied,
+                      ignored=selection.ignored, plain_sql=plain_sql, plain_below=plain_below,
+                      sort_limit_stop=batch.sort_limit_stop,
+                      score_factor=selection.score_factor, score_offset=selection.score_offset,
+                      expansion_sql=selected.expansion_sql, expansion_params=selected.expansion_params)
+
+
+@dataclass(frozen=True)
+class _Selected:
+    """The query parsed and its rows selected: what every later step of plan_search reads."""
+
+    params: Params
+    source: str
+    sort: list[tuple[Index, bool]]
+    selection: Selection
+    expansion_sql: str
+    expansion_params: list[Any]
+
+
+def _select(query: Any, schema: CatalogSchema, limits: Limits, security: Security,
+            batch_ids: list[str] | tuple[str, ...]) -> _Selected:
+    """Decides which rows the query selects: the rows source (with staged batches, the overlay),
+    the queried indexes (sizes checked), the text cost bounds and their glob expansion statement,
+    the sort indexes and orders, and the conditions of the query and of the caller's security."""
     if not isinstance(query, dict):
         raise QueryError("a query is a mapping of index names to values")
     params = Params()
     overlay = rows_overlay(schema, batch_ids, params)
-    source = overlay.source
     queried = queried_indexes(query, schema, limits)
-    expansion_sql, expansion_params = _text_cost(query, schema, queried[0], limits, source)
+    expansion_sql, expansion_params = _text_cost(query, schema, queried[0], limits, overlay.source)
     sort = _sort_spec(query, schema)  # ZCatalog reads sort_on and sort_order first (searchResults)
     selection = select_rows(query, schema, limits, security, params, overlay, batch_ids, queried=queried)
-    if selection.deferred_error is not None:
-        return SearchPlan(sql="", params=[], count_sql="", b_start=0, b_size=None,
-                          deferred_error=selection.deferred_error, precheck_sql=selection.probe,
-                          precheck_params=list(params.values[:selection.probe_params]),
-                          expansion_sql=expansion_sql, expansion_params=expansion_params)
-    ctx, conditions, index_names = selection.ctx, selection.conditions, selection.index_names
-    text_conditions, applied, ignored = selection.text_conditions, selection.applied, selection.ignored
-    score_factor, score_offset = selection.score_factor, selection.score_offset
+    return _Selected(params=params, source=overlay.source, sort=sort, selection=selection,
+                     expansion_sql=expansion_sql, expansion_params=expansion_params)
 
-    order_terms = []
-    for index, desc in sort:
+
+def _deferred_plan(selected: _Selected) -> SearchPlan:
+    """Decides the plan of a query with a deferred error: no page, only the precheck (do the
+    indexes before the invalid one find something?) and the glob expansion statement."""
+    selection = selected.selection
+    return SearchPlan(sql="", params=[], count_sql="", b_start=0, b_size=None,
+                      deferred_error=selection.deferred_error, precheck_sql=selection.probe,
+                      precheck_params=list(selected.params.values[:selection.probe_params]),
+                      expansion_sql=selected.expansion_sql, expansion_params=selected.expansion_params)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The rows the page and the total are read from, and the sort_on terms of their order."""
+
+    conditions: list[str]
+    sort_terms: list[str]
+    where: str
+    count_sql: str
+
+
+def _sorted_rows(selected: _Selected) -> _Rows:
+    """Decides the sort_on terms and the count: a sort key's expression must not be null (ZCatalog
+    drops objects without a sort key), and the count counts the rows of every condition. It adds
+    no parameters: the count uses those of the selection."""
+    conditions = list(selected.selection.conditions)
+    sort_terms = []
+    for index, desc in selected.sort:
         expr = index.sort_expr()
         conditions.append(f"({expr}) is not null")  # ZCatalog drops objects without a sort key
-        order_terms.append(f"{expr} {'desc' if desc else 'asc'}")
+        sort_terms.append(f"{expr} {'desc' if desc else 'asc'}")
     # The count uses the conditions only: its parameters are those added so far.
     where = all_of(conditions)
-    count_sql = f"select count(*) from {source} o where {where}"
+    count_sql = f"select count(*) from {selected.source} o where {where}"
+    return _Rows(conditions=conditions, sort_terms=sort_terms, where=where, count_sql=count_sql)
 
+
+@dataclass(frozen=True)
+class _Relevance:
+    """The page's ``score`` column, the text indexes it sums, and the page's whole order."""
+
+    score_sql: str
+    scored: list[str]
+    order_terms: list[str]
+
+
+def _relevance(query: dict[str, Any], schema: CatalogSchema, selected: _Selected, rows: _Rows) -> _Relevance:
+    """Decides the relevance score and the page's order: without sort_on, a text query orders by
+    the sum of its text indexes' scores (ZCatalog: score, then higher rid); otherwise the score is
+    null and the sort_on terms order. Either way the rid breaks ties, in the first term's
+    direction."""
+    sort = selected.sort
+    order_terms = list(rows.sort_terms)
     score_sql = "null::integer"
     scored: list[str] = []
     if not sort:
-        # Without sort_on, a text query orders by relevance (ZCatalog: score, then higher rid).
         scores = []
-        for name in index_names:
+        for name in selected.selection.index_names:
             index = schema.indexes[name]
             if isinstance(index, ZCTextIndex):
-                score = index.score(parse_index_query(query, index), ctx)
+                score = index.score(parse_index_query(query, index), selected.selection.ctx)
                 if score is not None:
                     scores.append(score)
                     scored.append(name)
@@ -520,7 +596,24 @@ def plan_search(
             order_terms.insert(0, "score desc")
     first_desc = sort[0][1] if sort else score_sql != "null::integer"
     order_terms.append(f"o.rid {'desc' if first_desc else 'asc'}")
+    return _Relevance(score_sql=score_sql, scored=scored, order_terms=order_terms)
 
+
+@dataclass(frozen=True)
+class _Batch:
+    """The page's bounds: ``size`` (SearchPlan.b_size, None: unbatched), ``start``, the rows the
+    page's SQL reads (``limit``), and SearchPlan.sort_limit_stop."""
+
+    size: int | None
+    start: int
+    limit: int
+    sort_limit_stop: int | None
+
+
+def _batch(query: dict[str, Any], limits: Limits, sort: list[tuple[Index, bool]], b_start: int | None,
+           b_size: int | None) -> _Batch:
+    """Decides the batch size and start, as ZCatalog reads b_size, sort_limit and b_start (the
+    arguments override the query's), and refuses those past ``limits``."""
     size = b_size if b_size is not None else _int_option(query, "b_size", None)
     sort_limit = _int_option(query, "sort-limit", None)
     if sort_limit is None:
@@ -538,49 +631,82 @@ def plan_search(
     if size is not None and size > limits.max_b_size:
         raise LimitExceeded(f"b_size {size} is larger than the maximum {limits.max_b_size}")
     limit = size if size is not None else limits.max_unbatched
+    return _Batch(size=size, start=start, limit=limit, sort_limit_stop=sort_limit_stop if start else None)
 
+
+def _meta_text(alias: str, wanted: str | None) -> str:
+    """The page's metadata as JSON text, of every column (``wanted`` None) or of those the
+    parameter ``wanted`` names."""
+    if wanted is None:
+        return f"{alias}.meta::text"
+    return (f"(select coalesce(jsonb_object_agg(k, {alias}.meta->k), '{{}}') from "
+            f"unnest({wanted}) k where {alias}.meta ? k)::text")
+
+
+@dataclass(frozen=True)
+class _Page:
+    """The page's statement, and the parameters it shares with the best cells' variant: the
+    metadata names (None: every column), the limit and the offset."""
+
+    sql: str
+    wanted: str | None
+    limit_p: str
+    offset_p: str
+
+
+def _page(selected: _Selected, rows: _Rows, relevance: _Relevance, batch: _Batch,
+          metadata: list[str] | None) -> _Page:
+    """Decides the page's SQL: the ordered, limited rows, then their metadata text."""
+    params = selected.params
     wanted = params.add(list(metadata), "text[]") if metadata is not None else None
-
-    def meta_text(alias: str) -> str:
-        """The page's metadata as JSON text, of every column or of those asked for."""
-        if wanted is None:
-            return f"{alias}.meta::text"
-        return (f"(select coalesce(jsonb_object_agg(k, {alias}.meta->k), '{{}}') from "
-                f"unnest({wanted}) k where {alias}.meta ? k)::text")
-
-    limit_p = params.add(limit, "bigint")
-    offset_p = params.add(start, "bigint")
+    limit_p = params.add(batch.limit, "bigint")
+    offset_p = params.add(batch.start, "bigint")
     # The page alone: ORDER BY + LIMIT can walk a sort index and stop early. The total is
     # count_sql. The metadata text is made outside the ordered query, for the rows of the page
     # only: in it, a top-N sort would compute it for every row it sorts (a Plone row's metadata,
     # 1.3 kB of JSON, for 500 matches of a 20-row page: 11 of 15 ms).
     # Only scores add CTEs (text statistics over staged batches), and only the page has scores.
-    ctes = "".join(f"{name} as materialized ({body}), " for name, body in ctx.ctes.items())
-    ordered = (f"select o.rid, o.uid, o.path, o.meta, {score_sql} as score "
-               f"from {source} o where {where} order by {', '.join(order_terms)} "
+    ctes = "".join(f"{name} as materialized ({body}), " for name, body in selected.selection.ctx.ctes.items())
+    ordered = (f"select o.rid, o.uid, o.path, o.meta, {relevance.score_sql} as score "
+               f"from {selected.source} o where {rows.where} order by {', '.join(relevance.order_terms)} "
                f"limit {limit_p} offset {offset_p}")
     sql = (f"{'with ' + ctes[:-2] + ' ' if ctes else ''}"
-           f"select p.rid, p.uid, p.path, {meta_text('p')} as meta, p.score from ({ordered}) p")
-    plain_sql, plain_below = "", 0
-    if len(scored) == 1 and not batch_ids and limit > 0 and start + limit <= limits.relevance_top:
-        index = schema.indexes[scored[0]]
-        cells = index.best_cells(
-            parse_index_query(query, index), ctx,
-            lambda: f"({limit_p} + {offset_p}) * 4 + {params.add(limits.relevance_candidates, 'bigint')}")
-        if cells is not None:
-            best_where = all_of([c for c in conditions if c != text_conditions[scored[0]]])
-            plain_sql, sql = sql, _from_best_cells(sql, cells, best_where, source, meta_text, score_sql,
-                                                   limit_p, offset_p)
-            plain_below = 4 * (start + limit) + limits.relevance_candidates
-    return SearchPlan(sql=sql, params=params.values, count_sql=count_sql,
-                      b_start=start, b_size=size, empty=not applied, ignored=ignored,
-                      plain_sql=plain_sql, plain_below=plain_below,
-                      sort_limit_stop=sort_limit_stop if start else None,
-                      score_factor=score_factor, score_offset=score_offset,
-                      expansion_sql=expansion_sql, expansion_params=expansion_params)
+           f"select p.rid, p.uid, p.path, {_meta_text('p', wanted)} as meta, p.score from ({ordered}) p")
+    return _Page(sql=sql, wanted=wanted, limit_p=limit_p, offset_p=offset_p)
 
 
-def _from_best_cells(sql: str, cells, where: str, source: str, meta_text, score_sql: str,
+def _cells_wanted(page: _Page, candidates: int, params: Params) -> str:
+    """The documents the best cells must hold: four per result asked for, plus ``candidates``
+    (Limits.relevance_candidates, a parameter added only when the index asks)."""
+    return f"({page.limit_p} + {page.offset_p}) * 4 + {params.add(candidates, 'bigint')}"
+
+
+def _best_cells_page(query: dict[str, Any], schema: CatalogSchema, limits: Limits, selected: _Selected,
+                     rows: _Rows, relevance: _Relevance, batch: _Batch, page: _Page,
+                     batch_ids: list[str] | tuple[str, ...]) -> tuple[str, str, int]:
+    """Decides whether the page is read from its text index's best cells (docs/decisions/0007): a
+    relevance page of one scored index, without staged batches, ending at most
+    Limits.relevance_top results in, whose index has cells for the query. Returns (sql, plain_sql,
+    plain_below): with cells, the cells' statement and the plain page as SearchPlan.plain_sql;
+    without, the plain page, "" and 0."""
+    scored = relevance.scored
+    if not (len(scored) == 1 and not batch_ids and batch.limit > 0
+            and batch.start + batch.limit <= limits.relevance_top):
+        return page.sql, "", 0
+    index = schema.indexes[scored[0]]
+    params = selected.params
+    cells = index.best_cells(parse_index_query(query, index), selected.selection.ctx,
+                             partial(_cells_wanted, page, limits.relevance_candidates, params))
+    if cells is None:
+        return page.sql, "", 0
+    text_condition = selected.selection.text_conditions[scored[0]]
+    best_where = all_of([c for c in rows.conditions if c != text_condition])
+    sql = _from_best_cells(page.sql, cells, best_where, selected.source, page.wanted, relevance.score_sql,
+                           page.limit_p, page.offset_p)
+    return sql, page.sql, 4 * (batch.start + batch.limit) + limits.relevance_candidates
+
+
+def _from_best_cells(sql: str, cells, where: str, source: str, wanted: str | None, score_sql: str,
                      limit_p: str, offset_p: str) -> str:
     """The page of a relevance query read from its words' best cells (docs/decisions/0007).
 
@@ -598,7 +724,7 @@ def _from_best_cells(sql: str, cells, where: str, source: str, meta_text, score_
         f"settled as materialized (select (select usable from bound) and ((select score from bound) is null or "
         f"((select count(*) from best) = {limit_p} + {offset_p} "
         f"and (select min(score) from best) >= (select score from bound))) as ok) "
-        f"(select b.rid, b.uid, b.path, {meta_text('b')} as meta, b.score from (select * from best "
+        f"(select b.rid, b.uid, b.path, {_meta_text('b', wanted)} as meta, b.score from (select * from best "
         f"where (select ok from settled) order by score desc, rid desc offset {offset_p}) b) "
         f"union all (select * from ({sql}) q where not (select ok from settled))"
     )
