@@ -59,15 +59,20 @@ def _system_zone(localtime: Path = LOCALTIME, timezone_file: Path = TIMEZONE_FIL
         return None
 
 
-def _registry_zone(portal) -> str | None:
+def _registry_text(portal, name: str) -> str | None:
+    """The site's registry record ``name`` if it is text."""
     try:
         from plone.registry.interfaces import IRegistry
         from zope.component import queryUtility
     except ImportError:
         return None
     registry = queryUtility(IRegistry, context=portal)
-    value = registry.get("plone.portal_timezone") if registry is not None else None
-    return _zone_name(value) if isinstance(value, str) else None
+    value = registry.get(name) if registry is not None else None
+    return value if isinstance(value, str) else None
+
+
+def _registry_zone(portal) -> str | None:
+    return _zone_name(_registry_text(portal, "plone.portal_timezone"))
 
 
 def process_timezone(portal=None, environ=os.environ, localtime: Path = LOCALTIME,
@@ -89,14 +94,8 @@ def public_url_of(portal) -> str | None:
 
 def language_of(portal) -> str | None:
     """The primary subtag of the site's default language, if the service has a profile for it."""
-    try:
-        from plone.registry.interfaces import IRegistry
-        from zope.component import queryUtility
-    except ImportError:
-        return None
-    registry = queryUtility(IRegistry, context=portal)
-    value = registry.get("plone.default_language") if registry is not None else None
-    if not isinstance(value, str):
+    value = _registry_text(portal, "plone.default_language")
+    if value is None:
         return None
     primary = value.replace("_", "-").split("-", 1)[0].strip().lower()
     return primary if primary in LANGUAGE_CODES else None

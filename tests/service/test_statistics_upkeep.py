@@ -94,6 +94,13 @@ def run(dsn, body):
     asyncio.run(main())
 
 
+async def analyzed(upkeep: StatisticsUpkeep, runs: int, seconds: float = 5.0) -> None:
+    """Wait until ``upkeep`` ran ANALYZE ``runs`` times (or the time is up)."""
+    deadline = time.monotonic() + seconds
+    while upkeep.analyzed < runs and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+
+
 def test_analyzed_once_50_rows_changed_then_after_10_percent_more(dsn):
     async def body(db, catalog, write):
         upkeep = StatisticsUpkeep(db, pause=0.01)
@@ -101,20 +108,14 @@ def test_analyzed_once_50_rows_changed_then_after_10_percent_more(dsn):
         await asyncio.sleep(0.3)
         assert upkeep.analyzed == 0 and analyzed_manually(dsn, catalog.table) is None
         upkeep.written(catalog, await write(1, 49))
-        for _ in range(100):
-            if upkeep.analyzed:
-                break
-            await asyncio.sleep(0.05)
+        await analyzed(upkeep, 1)
         assert upkeep.analyzed == 1 and analyzed_manually(dsn, catalog.table) is not None
         # Now the partition holds 50 rows: the next ANALYZE comes after 50 + 5 more changes.
         upkeep.written(catalog, await write(54, 50))
         await asyncio.sleep(0.3)
         assert upkeep.analyzed == 1
         upkeep.written(catalog, await write(1, 104))
-        for _ in range(100):
-            if upkeep.analyzed == 2:
-                break
-            await asyncio.sleep(0.05)
+        await analyzed(upkeep, 2)
         assert upkeep.analyzed == 2
         await upkeep.close()
 
@@ -125,14 +126,12 @@ def test_a_threshold_passed_during_the_pause_is_served_when_it_ends(dsn):
     async def body(db, catalog, write):
         upkeep = StatisticsUpkeep(db, pause=1.0)
         upkeep.written(catalog, await write(60, 0))
-        while upkeep.analyzed < 1:
-            await asyncio.sleep(0.02)
+        await analyzed(upkeep, 1)
         first = time.monotonic()
         upkeep.written(catalog, await write(60, 60))  # past the threshold again, within the pause
         await asyncio.sleep(0.3)
         assert upkeep.analyzed == 1
-        while upkeep.analyzed < 2 and time.monotonic() - first < 5:
-            await asyncio.sleep(0.02)
+        await analyzed(upkeep, 2)
         assert upkeep.analyzed == 2 and time.monotonic() - first >= 0.9
         await upkeep.close()
 
