@@ -147,8 +147,10 @@ def test_locust_sends_every_kind_without_failures(live_service, corpus, tmp_path
     assert all(r["requests"] > 0 and r["failures"] == 0 for r in results.values()), (
         results, [p.read_text() for p in tmp_path.glob("*.log")])
     assert results["Aggregated"]["requests"] == sum(results[k]["requests"] for k in kinds) == sum(map(len, rounds))
-    # Requests/s over the two rounds' time (each a little over its 4 s, never less than 2 s).
-    assert 2 * 2 <= results["Aggregated"]["requests"] / results["Aggregated"]["rps"] <= 2 * (4 + 6)
+    # Requests/s over the two rounds' time: each round's first request to its last answer, at most
+    # a little over its 4 s, and at least 1 s (locust starting its users late on a busy machine:
+    # 1.9 s a round was seen in a full test run).
+    assert 2 * 1 <= results["Aggregated"]["requests"] / results["Aggregated"]["rps"] <= 2 * (4 + 6)
     assert not list(tmp_path.iterdir())  # no CSV or log left behind when nothing failed
     assert set(WEIGHTS) >= kinds
 

@@ -43,6 +43,10 @@ def test_a_pack_that_loses_a_deadlock_runs_phase_two_again(storage):  # noqa: F8
 
     blocker = psycopg.connect(dsn, autocommit=True)
     try:
+        # The writer checks for a deadlock only long after the pack does (after the server's
+        # deadlock_timeout, 1 s), so that the pack is the one aborted however busy the machine is:
+        # with equal timeouts, a full test run once saw the writer's check run first.
+        blocker.execute("set deadlock_timeout = '30s'")
         blocker.execute("begin")
         # A writer's row lock on the garbage object, as a commit that stores it would hold.
         blocker.execute("select 1 from zodb_object_state where zoid = %s for update", (u64(garbage),))
