@@ -147,3 +147,21 @@ def test_pause_zero_never_analyzes(dsn):
         await upkeep.close()
 
     run(dsn, body)
+
+
+def test_a_catalog_analyzed_before_the_process_started_waits_for_a_tenth_of_its_rows(dsn):
+    async def body(db, catalog, write):
+        await write(200, 0)
+        async with db.acquire() as conn:
+            await conn.execute(f"analyze {catalog.table}")
+        before = analyzed_manually(dsn, catalog.table)
+        upkeep = StatisticsUpkeep(db, pause=0.01)  # a new process: it knows nothing of the catalog
+        upkeep.written(catalog, await write(60, 200))  # 50 + 10% of 200 = 70: not yet
+        await asyncio.sleep(0.3)
+        assert upkeep.analyzed == 0 and analyzed_manually(dsn, catalog.table) == before
+        upkeep.written(catalog, await write(10, 260))
+        await analyzed(upkeep, 1)
+        assert upkeep.analyzed == 1 and analyzed_manually(dsn, catalog.table) > before
+        await upkeep.close()
+
+    run(dsn, body)

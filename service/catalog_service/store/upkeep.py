@@ -8,10 +8,12 @@ plus 10% of it changed, but only when it is on, and up to its naptime (a minute)
 filled in that minute is planned blind until then (a Plone site of 500 documents, autovacuum off:
 its folder-listing query read 1,000 rows for 20 and took 10 ms, 1.1 ms after ANALYZE).
 
-So the service counts the rows its commits write per catalog and analyzes the partition (and the
-shared text statistics tables) in the background once as many changed as would make autovacuum do
+So the service counts the rows its commits write per catalog and analyzes the partition (and, at
+most once a pause, the text statistics tables every catalog shares) in the background once as many changed as would make autovacuum do
 it, at most once per ``pause`` seconds per catalog; a threshold passed during the pause is served
-when it ends. Counting is per process: with several workers each analyzes after its own share,
+when it ends. A catalog this process has not analyzed yet is judged by its estimate
+(pg_class.reltuples), so that a restart does not analyze every large catalog after 50 rows. Counting
+is per process: with several workers each analyzes after its own share,
 which only makes it sooner. A failed ANALYZE is logged and left to the next commit or to
 autovacuum: statistics change plans, never answers.
 """
@@ -37,6 +39,9 @@ class _State:
     # None until one ran (then the threshold is min_rows alone: a new catalog is analyzed soon).
     rows: float | None = None
     last: float = float("-inf")
+    # Whether the partition's estimate was read once (a catalog analyzed before this process
+    # started waits for 10% of its rows, not for its first 50).
+    known: bool = False
     task: asyncio.Task | None = field(default=None, repr=False)
 
 
@@ -49,6 +54,8 @@ class StatisticsUpkeep:
         self.fraction = fraction
         self.pause = pause
         self._states: dict[int, _State] = {}
+        # The text statistics tables are shared by every catalog: analyzed at most once a pause.
+        self._text_last = float("-inf")
         self.analyzed = 0  # ANALYZE runs done (for tests and metrics)
 
     def threshold(self, state: _State) -> float:
@@ -64,16 +71,24 @@ class StatisticsUpkeep:
             state.task = asyncio.get_running_loop().create_task(self._analyze(catalog, state))
 
     async def _analyze(self, catalog: Catalog, state: _State) -> None:
+        ran = False
         try:
             wait = state.last + self.pause - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
             changed = state.changed
             async with self.db.acquire() as conn:
+                if not state.known:
+                    state.known = True
+                    state.rows = await _estimate(conn, catalog)
+                    if state.changed < self.threshold(state):
+                        return
+                ran = True
                 await conn.execute(f"analyze {catalog.table}")
-                await conn.execute(ANALYZE_TEXT)
-                state.rows = await conn.fetchval("select reltuples from pg_class where oid = $1::regclass",
-                                                 catalog.table)
+                if time.monotonic() - self._text_last >= self.pause:
+                    self._text_last = time.monotonic()
+                    await conn.execute(ANALYZE_TEXT)
+                state.rows = await _estimate(conn, catalog)
             state.changed -= changed  # what was written while it ran counts towards the next one
             self.analyzed += 1
         except asyncio.CancelledError:
@@ -83,7 +98,8 @@ class StatisticsUpkeep:
         except Exception:  # a lost connection, a timeout: the next commit tries again
             log.warning("ANALYZE of catalog %s failed", catalog.name, exc_info=True)
         finally:
-            state.last = time.monotonic()
+            if ran:  # the pause runs from an ANALYZE tried, not from an estimate read
+                state.last = time.monotonic()
             state.task = None
 
     async def close(self) -> None:
@@ -91,3 +107,8 @@ class StatisticsUpkeep:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _estimate(conn, catalog: Catalog) -> float:
+    """The partition's row estimate; negative while it was never analyzed."""
+    return await conn.fetchval("select reltuples from pg_class where oid = $1::regclass", catalog.table)
