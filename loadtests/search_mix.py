@@ -9,7 +9,9 @@ Two mixes of the same request kinds, drawn from one seeded random generator:
   route exists);
 - ``restapi``: the part of it that plone.restapi's ``@search`` can express, the same queries
   without facets, highlights and suggestions, sent to an ``@search`` (plone.restapi's on a stock
-  Plone site, or the service's own).
+  Plone site, or the service's own);
+- ``floor``: the bare floor's one folder listing (``/q?folder=N``, a FastAPI + asyncpg endpoint
+  that does nothing else): what the same users get from the least a server can do on the machine.
 
 The words searched are the corpus's words that are never subjects (``catalog_service.demo``:
 subjects come from the first 20 words): Plone's SearchableText of a page holds its subjects
@@ -36,6 +38,8 @@ FACETS = "portal_type,review_state,Subject"
 # How often each kind is drawn (a user's next action).
 WEIGHTS = {"site search": 4, "live search": 2, "news listing": 2, "folder listing": 2, "suggest": 3}
 SHARED = ("site search", "live search", "news listing", "folder listing")  # what @search expresses
+FLOOR_KIND = "floor listing"
+FLOOR_FOLDERS = 1000  # the floor's table holds folders /plone/f0 to /plone/f999
 
 
 @dataclass(frozen=True)
@@ -60,18 +64,25 @@ class Mix:
     kinds: list[str] = field(init=False)
 
     def __post_init__(self):
-        if self.mix not in ("headless", "restapi"):
-            raise ValueError(f"mix must be headless or restapi, not {self.mix!r}")
+        if self.mix not in ("headless", "restapi", "floor"):
+            raise ValueError(f"mix must be headless, restapi or floor, not {self.mix!r}")
         if self.mix == "restapi" and not self.search_path:
             raise ValueError("the restapi mix needs the @search path")
+        if self.mix == "floor":
+            self.kinds = [FLOOR_KIND]
+            return
         self.kinds = [k for k in WEIGHTS if k in SHARED or (self.mix == "headless" and self.suggest)]
 
     def draw(self, rnd: random.Random) -> list[Call]:
         """The requests of one user action (several for suggestions as the user types)."""
+        if self.mix == "floor":
+            return self.calls(FLOOR_KIND, rnd)
         kind = rnd.choices(self.kinds, weights=[WEIGHTS[k] for k in self.kinds])[0]
         return self.calls(kind, rnd)
 
     def calls(self, kind: str, rnd: random.Random) -> list[Call]:
+        if kind == FLOOR_KIND:
+            return [Call(kind, f"/q?folder={rnd.randrange(FLOOR_FOLDERS)}")]
         word = rnd.choice(SEARCH_WORDS)
         if kind == "suggest":  # one request per key stroke from the second letter on
             return [Call(kind, f"{self.suggest}?" + urlencode({"q": word[:n]})) for n in range(2, min(len(word), 5) + 1)]

@@ -14,6 +14,9 @@ on a stock Plone site holding the same content, in one run.
 4. Locust, headless, ``--users`` users without think time (``--think``) for ``--seconds`` each: the
    headless mix on the service, then the mix's ``@search`` part on the service's ``@search``, then
    the same on Plone's (search_mix.py, search_locustfile.py); ``--rounds`` times.
+   With ``--floor PATH`` (the bare floor script, floor.py), a fourth run each round: the same users
+   on the floor's own endpoint (one folder listing, FastAPI + asyncpg, nothing else), what the
+   machine allows any server under that load.
 5. ``--out``/loadtest_search.md (p50/p95/p99, requests/s and failures per request kind, the
    ratios), loadtest_search.png and loadtest_search.json. Percentiles are exact, from every
    response (the locustfile records them), and requests/s counts from each run's first request
@@ -25,13 +28,18 @@ on a stock Plone site holding the same content, in one run.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import csv
+import importlib.util
 import json
 import math
 import os
 import platform
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -146,6 +154,56 @@ def check_same_counts(targets: list[Target], sample: int) -> list[dict]:
     return rows
 
 
+# -- the floor -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def floor_server(script: Path, dsn: str):
+    """The floor script's table and endpoint (its ``SETUP`` run by its ``setup``, its ``APP`` under
+    uvicorn with one worker, as the service runs) on a free port; yields the base address. The
+    table is dropped afterwards."""
+    spec = importlib.util.spec_from_file_location("floor_script", script)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--floor {script}: not a Python file")
+    floor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floor)
+    if not all(hasattr(floor, name) for name in ("setup", "APP")):
+        raise SystemExit(f"--floor {script}: the floor script has no setup() and APP")
+    asyncio.run(floor.setup(dsn))
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "floor_app.py").write_text(floor.APP)
+        port = free_port()
+        process = subprocess.Popen([sys.executable, "-m", "uvicorn", "floor_app:app", "--port", str(port),
+                                    "--log-level", "warning"], cwd=folder, env={**os.environ, "FLOOR_DSN": dsn})
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"{base}/q?folder=8", timeout=5).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the floor's endpoint did not answer")
+                time.sleep(0.2)
+            yield base
+        finally:
+            process.terminate()
+            process.wait(30)
+            asyncio.run(_drop_floor(dsn))
+
+
+async def _drop_floor(dsn: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("drop table if exists floor_cat")
+    finally:
+        await conn.close()
+
+
 # -- locust ------------------------------------------------------------------------------------
 
 
@@ -215,6 +273,10 @@ def verdicts(results: dict[str, dict], ratio: dict) -> list[str]:
     p95 = results["headless"]["Aggregated"]["p95"]
     lines = [f"- p95 of the headless mix on the service: {_fmt(p95)} ms, target under {TARGET_P95_MS:g} ms: "
              f"**{'met' if p95 is not None and p95 < TARGET_P95_MS else 'not met'}**."]
+    if "floor" in results:
+        floor = results["floor"]["Aggregated"]
+        lines.append(f"- the same users on the bare floor (one folder listing, nothing else): p95 {_fmt(floor['p95'])} ms, "
+                     f"{floor['rps']:,.0f} requests/s: what any server gets from this machine under this load.")
     for key, what in (("headless_vs_plone", "the headless mix on the service"),
                       ("service_restapi_vs_plone", "the service's own `@search` (the same requests as Plone's)")):
         value = ratio[key]
@@ -250,7 +312,7 @@ def plot(targets: list[Target], results: dict[str, dict], path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     labels = [t.label for t in targets]
     left.bar(range(len(targets)), [results[t.key]["Aggregated"]["rps"] for t in targets],
-             color=["tab:blue", "tab:cyan", "tab:orange"][:len(targets)])
+             color=["tab:blue", "tab:cyan", "tab:orange", "tab:grey"][:len(targets)])
     left.set_xticks(range(len(targets)), labels, fontsize=7)
     left.set_ylabel("requests/s (all kinds)")
     width = 0.25
@@ -269,6 +331,7 @@ def plot(targets: list[Target], results: dict[str, dict], path: Path) -> None:
 
 def report(args, targets, results, ratio, notes, checked, command: str) -> str:
     headless = results["headless"]["Aggregated"]
+    compared = [t for t in targets if t.key != "floor"]  # the floor runs other work: not compared
     lines = [
         "# Load test: headless search on the service against plone.restapi's `@search`",
         "",
@@ -306,8 +369,8 @@ def report(args, targets, results, ratio, notes, checked, command: str) -> str:
         f"Before the load, {len(checked)} shared queries (the kinds {', '.join(SHARED)}, drawn as the "
         "users draw them) were sent to the service's `/search` and `@search` and to Plone's `@search`: "
         "each counted the same `items_total` on all three "
-        f"(from {min(min(r[t.key] for t in targets) for r in checked):,} to "
-        f"{max(max(r[t.key] for t in targets) for r in checked):,} items).",
+        f"(from {min(min(r[t.key] for t in compared) for r in checked):,} to "
+        f"{max(max(r[t.key] for t in compared) for r in checked):,} items).",
         "",
         "![requests/s and response times](loadtest_search.png)",
         "",
@@ -332,8 +395,9 @@ def think_time(text: str) -> str:
 
 def load_words(args) -> str:
     """How the users loaded the servers, for the report."""
-    rounds = (f"{args.rounds} rounds of the three runs, interleaved (each round in another order)"
-              if args.rounds > 1 else "the three runs one after the other")
+    runs = "four runs (the floor's too)" if args.floor else "three runs"
+    rounds = (f"{args.rounds} rounds of the {runs}, interleaved (each round in another order)"
+              if args.rounds > 1 else f"the {runs} one after the other")
     run = f"Each run: `locust --headless -u {args.users} -t {args.seconds}s`, {rounds}"
     if args.think:
         low, high = args.think.split(",")
@@ -363,6 +427,8 @@ def main() -> int:
     parser.add_argument("--think", default="", type=think_time,
                         help="MIN,MAX seconds of think time between a user's actions (default none: each user "
                              "sends its next request when the last is answered)")
+    parser.add_argument("--floor", type=Path, default=None, metavar="PATH",
+                        help="the bare floor script (floor.py): run the same users on its endpoint too")
     parser.add_argument("--highlight-value", default="true", help="the highlight parameter's value (default true)")
     parser.add_argument("--plone-cache", type=Path, default=plone_site.CACHE,
                         help="where Plone sites are kept between runs (default .plonedata)")
@@ -394,11 +460,18 @@ def main() -> int:
             ]
             checked = check_same_counts(targets, args.sample)
             print(f"check: {len(checked)} shared queries count the same items on the three", file=sys.stderr)
-            args.load_before = os.getloadavg()[0]  # other work on the machine, for the report
-            answered: dict[str, list] = {t.key: [] for t in targets}
-            for n in range(args.rounds):  # the order turns each round: no server always runs first
-                for target in targets[n % 3:] + targets[:n % 3]:
-                    answered[target.key].append(run_round(target, args.users, args.seconds, args.out, args.think))
+            with contextlib.ExitStack() as floor:
+                if args.floor:
+                    targets.append(Target("floor", "floor: bare FastAPI + asyncpg listing",
+                                          floor.enter_context(floor_server(args.floor, dsn)),
+                                          Mix("floor", catalog, args.objects)))
+                args.load_before = os.getloadavg()[0]  # other work on the machine, for the report
+                answered: dict[str, list] = {t.key: [] for t in targets}
+                for n in range(args.rounds):  # the order turns each round: no server always runs first
+                    turn = n % len(targets)
+                    for target in targets[turn:] + targets[:turn]:
+                        answered[target.key].append(run_round(target, args.users, args.seconds, args.out,
+                                                              args.think))
             results = {key: summarize(rounds) for key, rounds in answered.items()}
         (args.out / "loadtest_search_zope.log").unlink(missing_ok=True)
     finally:

@@ -155,6 +155,70 @@ def test_locust_sends_every_kind_without_failures(live_service, corpus, tmp_path
     assert set(WEIGHTS) >= kinds
 
 
+# A floor script of the shape search_run.py --floor loads (the bare floor's ``setup`` and ``APP``),
+# over a table of its own: the harness runs the script's app and drops its table afterwards.
+FLOOR_SCRIPT = '''
+import asyncpg
+
+SETUP = """create table floor_cat(rid serial primary key, parent text not null, title text);
+insert into floor_cat(parent, title) select '/plone/f' || (i % 1000), 'Title ' || i
+from generate_series(1, 3000) i;"""
+
+APP = """
+import os, asyncpg
+from fastapi import FastAPI
+app = FastAPI()
+@app.get("/q")
+async def q(folder: int = 8):
+    conn = await asyncpg.connect(os.environ["FLOOR_DSN"])
+    try:
+        rows = await conn.fetch("select rid, title from floor_cat where parent = $1 order by rid limit 20",
+                                f"/plone/f{folder}")
+    finally:
+        await conn.close()
+    return {"items_total": len(rows), "items": [dict(r) for r in rows]}
+"""
+
+
+async def setup(dsn):
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(SETUP)
+    await conn.close()
+'''
+
+
+def test_the_same_users_on_the_floor(database_url, tmp_path):
+    script = tmp_path / "floor.py"
+    script.write_text(FLOOR_SCRIPT)
+    floor = Mix("floor", "unused", OBJECTS)
+    assert floor.kinds == ["floor listing"]
+    rnd = random.Random(5)
+    urls = [call.url for _ in range(200) for call in floor.draw(rnd)]
+    folders = {int(parse_qs(urlsplit(u).query)["folder"][0]) for u in urls}
+    assert folders <= set(range(1000)) and len(folders) > 1
+    with search_run.floor_server(script, database_url) as base:
+        assert httpx.get(f"{base}/q?folder=3").json()["items_total"] == 3
+        target = search_run.Target("floor", "floor", base, floor)
+        results = search_run.summarize([search_run.run_round(target, users=4, seconds=3, out=tmp_path)])
+    assert set(results) == {"floor listing", "Aggregated"}
+    assert results["Aggregated"]["requests"] > 0 and results["Aggregated"]["failures"] == 0
+    verdict = search_run.verdicts({"headless": results, "floor": results}, {"headless_vs_plone": None,
+                                                                            "service_restapi_vs_plone": None})
+    assert any("bare floor" in line for line in verdict)
+    with psycopg_connect(database_url) as conn:  # the floor's table is gone with its server
+        assert conn.execute("select to_regclass('floor_cat')").fetchone()[0] is None
+    with pytest.raises(SystemExit, match="no setup"):
+        (tmp_path / "other.py").write_text("x = 1\n")
+        with search_run.floor_server(tmp_path / "other.py", database_url):
+            pass
+
+
+def psycopg_connect(dsn: str):
+    import psycopg
+
+    return psycopg.connect(dsn)
+
+
 @pytest.mark.slow
 @pytest.mark.plone
 def test_the_run_against_a_stock_plone_site(database_url, tmp_path):
