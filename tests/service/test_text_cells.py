@@ -20,6 +20,7 @@ from catalog_service.planner.plan import UNRESTRICTED, Limits, Security, plan_se
 from catalog_service.store import batches
 from catalog_service.store.catalogs import CatalogRegistry
 from catalog_service.store.migrations import available, migrate
+from catalog_service.store.search import _leading_params
 from catalog_service.text import index_words
 from catalog_service.text.cells import BOUNDS, bucket, cell_labels, cells
 from tests.pg import create_database, drop_database
@@ -263,8 +264,12 @@ def test_relevance_page_from_cells_or_from_the_whole_query(db):
         await conn.execute(f"analyze {catalog.table}")
         texts = {e["uid"]: index_words(e["values"]["SearchableText"]) for e in entries}
 
-        async def page(query, limits, analyze=False):
+        async def page(query, limits, analyze=False, told_total=False):
             plan = plan_search(query, catalog.schema, limits, ANONYMOUS, b_size=query.pop("b_size", 10))
+            if told_total:  # as the executor tells it from its count cache
+                counted = await conn.fetchval(plan.count_sql, *_leading_params(plan.count_sql, plan.params))
+                assert plan.params[plan.known_total_param] is None
+                plan.params[plan.known_total_param] = counted
             rows = await conn.fetch(plan.sql, *plan.params)
             branches = None
             if analyze:
@@ -323,6 +328,12 @@ def test_relevance_page_from_cells_or_from_the_whole_query(db):
         assert cut == (await page(dict(query), whole))[0]
         assert len(cut) == 30
         assert branches[:2] == [0, 30]
+        # Told the result's total, the cells hold twice the share of the word's documents the
+        # criteria keep, per result: they settle the same page, reading a part of the word's.
+        told, branches = await page(dict(query), Limits(relevance_candidates=1), analyze=True, told_total=True)
+        assert told == cut
+        assert branches[:2] == [30, 0]
+        assert branches[2] < sum(1 for words in texts.values() if "garden" in words) / 2
 
     run(db, work)
 
@@ -368,6 +379,49 @@ def test_queries_known_to_have_few_results_skip_the_cells(db, monkeypatch):
         for word, (first, second) in pages.items():
             assert first[:2] == second[:2], word
         assert pages["rare"][0][0] == 12 and pages["common"][0][0] == 388
+
+    run(db, work)
+
+
+def test_the_executor_tells_the_cells_the_total_it_counted_last(db, monkeypatch):
+    """A relevance page from the cells is told the result's total the count cache (or, with
+    facets, the facet cache) holds, at any state; the first time it is unknown (null). Pages and
+    totals are the same either way."""
+    import orjson
+
+    from catalog_schemas.api import SearchRequest
+    from catalog_service.store import search as search_module
+    from catalog_service.store.search import CountCache, search
+
+    sent = []
+    fetch = search_module._fetch
+
+    async def spy(conn, sql, params, **kw):
+        sent.append((sql, list(params)))
+        return await fetch(conn, sql, params, **kw)
+
+    monkeypatch.setattr(search_module, "_fetch", spy)
+
+    async def work(conn):
+        catalog = await _catalog(conn, "told", SearchableText="ZCTextIndex", portal_type="FieldIndex")
+        rnd = random.Random(5)
+        await _commit(conn, catalog, "b0", [_entry(f"u{n}", _text(rnd)) for n in range(1500)])
+        query = {"SearchableText": "garden", "portal_type": "News Item"}
+        plan = plan_search(query, catalog.schema, Limits(), UNRESTRICTED, b_size=5)
+        assert plan.plain_sql and plan.known_total_param is not None
+        for facets in ([], ["portal_type"]):
+            counts, facet_counts, told, answers = CountCache(10), CountCache(10), [], []
+            for _ in range(3):
+                sent.clear()
+                request = SearchRequest(query=query, b_size=5, facets=facets)
+                answers.append(orjson.loads((await search(conn, catalog, request, UNRESTRICTED, Limits(),
+                                                          counts=counts, facet_cache=facet_counts)).body))
+                cells = [params for sql, params in sent if "best as materialized" in sql]
+                told.append([params[plan.known_total_param] for params in cells])
+            total = answers[0]["items_total"]
+            assert total > plan.plain_below  # the cells' statement is the one that runs
+            assert told == [[None], [total], [total]], facets
+            assert all(a == answers[0] for a in answers[1:])
 
     run(db, work)
 

@@ -145,14 +145,15 @@ class ZCTextIndex(Index):
         return (f"(coalesce({committed}, 0) + (select coalesce({aggregate}, 0) from {STAGED_TEXT} r "
                 f"where {self._words('r')} is not null and {where}))")
 
-    def best_cells(self, q: IndexQuery, ctx: QueryContext, want: Callable[[], str]) -> BestCells | None:
+    def best_cells(self, q: IndexQuery, ctx: QueryContext, want: Callable[[str], str]) -> BestCells | None:
         """SQL for the score cells that can hold the best documents of a one-word or one-glob query.
 
         A glob's score is the sum of the scores of the lexicon words it matches. If it is at least
         ``B``, one of its ``m`` terms is at least ``B / m``, ``m`` being the number of its words
         with documents (1 for a word). So every document scoring ``B`` or more has a cell whose
         highest score, times ``m``, is ``B`` or more. ``B`` is the highest score such that the cells
-        whose every document scores ``B`` or more hold ``want()`` documents (docs/decisions/0007)."""
+        whose every document scores ``B`` or more hold ``want(held)`` documents, ``held`` being the
+        SQL of the documents holding the query's words (docs/decisions/0007)."""
         text = " ".join(q.keys)
         if not self.has_cells or not text:
             return None
@@ -184,7 +185,7 @@ class ZCTextIndex(Index):
         cells_index = f"'{self.index_name(ctx.table, 'c')}'"  # a checked identifier, as a literal
         gate = (f"select cardinality(lf.words) <= {MAX_GLOB_CELL_WORDS} and exists (select 1 from pg_index i "
                 f"where i.indexrelid = to_regclass({cells_index}) and i.indisvalid) as usable from leaf lf")
-        wanted = want()
+        wanted = want("select coalesce(sum(c.n), 0) from cell c")
         score = (f"(select c.lower from (select lower, sum(n) over (order by lower desc) as reach from cell) c "
                  f"where c.reach >= {wanted} order by c.lower desc limit 1)")
         terms = "(select count(distinct word) from cell where n > 0)"

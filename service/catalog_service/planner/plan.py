@@ -110,6 +110,11 @@ class SearchPlan:
     # by) times ``score_factor`` plus ``score_offset`` (zcatalog_score).
     score_factor: int = 1
     score_offset: int = 0
+    # The index in ``params`` of the result's total as last counted, for a page from score cells
+    # (None: no such parameter). The executor sets it when it knows one (its value is null
+    # otherwise): the share of the words' documents the other criteria keep scales the documents
+    # the cells must hold (docs/decisions/0007).
+    known_total_param: int | None = None
 
     def zcatalog_score(self, score: int | None) -> int | None:
         return None if score is None else score * self.score_factor + self.score_offset
@@ -488,15 +493,16 @@ def plan_search(
     relevance = _relevance(query, schema, selected, rows)
     batch = _batch(query, limits, selected.sort, b_start, b_size)
     page = _page(selected, rows, relevance, batch, metadata)
-    sql, plain_sql, plain_below = _best_cells_page(query, schema, limits, selected, rows, relevance, batch, page,
-                                                   batch_ids)
+    sql, plain_sql, plain_below, known_total_param = _best_cells_page(query, schema, limits, selected, rows,
+                                                                      relevance, batch, page, batch_ids)
     selection = selected.selection
     return SearchPlan(sql=sql, params=selected.params.values, count_sql=rows.count_sql,
                       b_start=batch.start, b_size=batch.size, empty=not selection.applied,
                       ignored=selection.ignored, plain_sql=plain_sql, plain_below=plain_below,
                       sort_limit_stop=batch.sort_limit_stop,
                       score_factor=selection.score_factor, score_offset=selection.score_offset,
-                      expansion_sql=selected.expansion_sql, expansion_params=selected.expansion_params)
+                      expansion_sql=selected.expansion_sql, expansion_params=selected.expansion_params,
+                      known_total_param=known_total_param)
 
 
 @dataclass(frozen=True)
@@ -675,35 +681,53 @@ def _page(selected: _Selected, rows: _Rows, relevance: _Relevance, batch: _Batch
     return _Page(sql=sql, wanted=wanted, limit_p=limit_p, offset_p=offset_p)
 
 
-def _cells_wanted(page: _Page, candidates: int, params: Params) -> str:
-    """The documents the best cells must hold: four per result asked for, plus ``candidates``
-    (Limits.relevance_candidates, a parameter added only when the index asks)."""
-    return f"({page.limit_p} + {page.offset_p}) * 4 + {params.add(candidates, 'bigint')}"
+# The documents the best cells must hold per result asked for (_cells_wanted): at least four, at
+# most forty.
+CELLS_PER_RESULT = (4, 40)
+
+
+def _cells_wanted(page: _Page, candidates: int, params: Params, added: list[int], held: str) -> str:
+    """The documents the best cells must hold: per result asked for, four, or twice the share of
+    the words' documents per result (``held``, SQL: the documents holding the query's words, over
+    the result's total as last counted, a null parameter until the executor knows it) when that
+    is more, up to CELLS_PER_RESULT; plus ``candidates`` (Limits.relevance_candidates). Where the
+    other criteria keep one document in nine of the word's (a type chosen in a facet, say), the
+    cells' best documents are mostly not results, and four per result would not settle the page.
+    The page is exact either way: only the reading can be wasted, or fall back to the whole
+    query. The parameters are added only when the index asks (the total's position in ``added``)."""
+    cand = params.add(candidates, "bigint")
+    known = params.add(None, "bigint")
+    added.append(len(params.values) - 1)
+    low, high = CELLS_PER_RESULT
+    per_result = f"greatest({low}, least({high}, 2 * coalesce(({held})::float8 / nullif({known}, 0), 0)))"
+    return f"({page.limit_p} + {page.offset_p}) * {per_result} + {cand}"
 
 
 def _best_cells_page(query: dict[str, Any], schema: CatalogSchema, limits: Limits, selected: _Selected,
                      rows: _Rows, relevance: _Relevance, batch: _Batch, page: _Page,
-                     batch_ids: list[str] | tuple[str, ...]) -> tuple[str, str, int]:
+                     batch_ids: list[str] | tuple[str, ...]) -> tuple[str, str, int, int | None]:
     """Decides whether the page is read from its text index's best cells (docs/decisions/0007): a
     relevance page of one scored index, without staged batches, ending at most
     Limits.relevance_top results in, whose index has cells for the query. Returns (sql, plain_sql,
-    plain_below): with cells, the cells' statement and the plain page as SearchPlan.plain_sql;
-    without, the plain page, "" and 0."""
+    plain_below, known_total_param): with cells, the cells' statement, the plain page as
+    SearchPlan.plain_sql and the position of the known total's parameter; without, the plain page,
+    "", 0 and None."""
     scored = relevance.scored
     if not (len(scored) == 1 and not batch_ids and batch.limit > 0
             and batch.start + batch.limit <= limits.relevance_top):
-        return page.sql, "", 0
+        return page.sql, "", 0, None
     index = schema.indexes[scored[0]]
     params = selected.params
+    added: list[int] = []
     cells = index.best_cells(parse_index_query(query, index), selected.selection.ctx,
-                             partial(_cells_wanted, page, limits.relevance_candidates, params))
+                             partial(_cells_wanted, page, limits.relevance_candidates, params, added))
     if cells is None:
-        return page.sql, "", 0
+        return page.sql, "", 0, None
     text_condition = selected.selection.text_conditions[scored[0]]
     best_where = all_of([c for c in rows.conditions if c != text_condition])
     sql = _from_best_cells(page.sql, cells, best_where, selected.source, page.wanted, relevance.score_sql,
                            page.limit_p, page.offset_p)
-    return sql, page.sql, 4 * (batch.start + batch.limit) + limits.relevance_candidates
+    return sql, page.sql, 4 * (batch.start + batch.limit) + limits.relevance_candidates, added[0]
 
 
 def _from_best_cells(sql: str, cells, where: str, source: str, wanted: str | None, score_sql: str,

@@ -202,6 +202,16 @@ def _short_page_total(rows_on_page: int, limit: int, offset: int) -> int | None:
     return None
 
 
+def _with_known_total(plan: SearchPlan, total: int) -> SearchPlan:
+    """The score cells' page told the result's total as last counted (at any state: it only
+    scales how many documents the cells read, the page is exact either way)."""
+    if plan.known_total_param is None or plan.sql is plan.plain_sql:
+        return plan
+    params = list(plan.params)
+    params[plan.known_total_param] = total
+    return replace(plan, params=params)
+
+
 async def _page_and_total(conn, catalog: Catalog, plan, request: SearchRequest, limits: Limits,
                           counts: CountCache | None) -> tuple[list, object]:
     """The page's rows and the head row (counter, schema revision, batch state, total).
@@ -220,6 +230,8 @@ async def _page_and_total(conn, catalog: Catalog, plan, request: SearchRequest, 
         if known is not None and known[2] < plan.plain_below:
             # Few results the last time (at any state: this only picks one of two exact plans).
             plan = replace(plan, sql=plan.plain_sql, params=_leading_params(plan.plain_sql, plan.params))
+        elif known is not None:
+            plan = _with_known_total(plan, known[2])
     # The statement from the score cells (not its plain form) gets a generic plan (decision 0012).
     from_cells = limits.relevance_generic_plan and bool(plan.plain_sql) and plan.sql is not plan.plain_sql
     params = list(plan.params) + [catalog.id]
@@ -295,6 +307,8 @@ async def _page_and_facets(conn, catalog: Catalog, plan: SearchPlan, request: Se
         else:
             if plan.plain_sql and known is not None and known[2]["total"] < plan.plain_below:
                 plan = replace(plan, sql=plan.plain_sql, params=_leading_params(plan.plain_sql, plan.params))
+            elif plan.plain_sql and known is not None:
+                plan = _with_known_total(plan, known[2]["total"])
             from_cells = limits.relevance_generic_plan and bool(plan.plain_sql) and plan.sql is not plan.plain_sql
             page_params = list(plan.params) + [catalog.id]
             batch_state = _batch_column(request, page_params)
