@@ -28,7 +28,6 @@ TAG = "@t"
 MAX_UID_LENGTH = 200
 # Query keys ZCatalog reads besides index names; anything else it ignores, and so do we.
 SORT_KEYS = ("sort_on", "sort_order")
-BATCH_KEYS = ("b_start", "b_size", "sort_limit")
 
 
 def catalog_uid(path: str) -> str:
