@@ -39,6 +39,14 @@ class BrainRecord:
         self.raw = raw
         self.decoded: dict = {}
 
+    @classmethod
+    def from_item(cls, item: dict) -> BrainRecord:
+        """The record of one item of the service's search answer."""
+        metadata = item.get("metadata")
+        if not isinstance(metadata, dict):
+            metadata = {k: v for k, v in item.items() if k not in ("uid", "path", "rid", "score")}
+        return cls(path=item["path"], rid=item["rid"], uid=item["uid"], score=item.get("score"), raw=metadata)
+
     def value(self, name: str):
         try:
             return self.decoded[name]

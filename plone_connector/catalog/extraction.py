@@ -2,7 +2,8 @@
 
 Each function mirrors the ``index_object`` of its index class (read the class to see why a case is
 what it is); it returns ``NOT_INDEXED`` where that index would hold no entry for the object, which
-the wire format expresses as an absent key.
+the wire format expresses as an absent key. How a query's values are read (for the same index
+types) is in wire.py, with the rest of a query's way to the service.
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ import datetime as dt
 
 import Missing
 from Acquisition import aq_base
-from DateTime import DateTime
-from DateTime.interfaces import DateTimeError
 from Products.PluginIndexes.util import datetime_to_minutes, safe_callable
 
-from .wire import index_date, index_scalar
+from .wire import as_range_reads_it, index_date, index_scalar, naive_as_date_index_reads_it
 
 NOT_INDEXED = object()
 
@@ -85,21 +84,6 @@ def boolean(index, obj):
     return result
 
 
-def _naive_as_date_index_reads_it(index, value):
-    """DateIndex._convert reads a naive datetime in the Plone process's local time when
-    ``index_naive_time_as_local`` is set (the default), else as UTC; the service cannot know the
-    process's zone, so the value goes out as that UTC instant. ZCatalog's own ``Local`` zone is
-    used, with its quirks: its standard and summer offsets are the ones of the zone the process
-    had when DateIndex was imported, and which of them applies is asked of ``time.localtime``."""
-    if not isinstance(value, dt.datetime) or value.tzinfo is not None:
-        return value
-    if getattr(index, "index_naive_time_as_local", True):
-        from Products.PluginIndexes.DateIndex.DateIndex import Local
-
-        return value.replace(tzinfo=Local).astimezone(dt.UTC)
-    return value.replace(tzinfo=dt.UTC)
-
-
 def date(index, obj):
     result = NOT_INDEXED
     for attr in _source_names(index):
@@ -107,7 +91,7 @@ def date(index, obj):
         if datum is None or datum is NOT_INDEXED:
             result = NOT_INDEXED
             continue
-        converted = index_date(_naive_as_date_index_reads_it(index, datum))
+        converted = index_date(naive_as_date_index_reads_it(index, datum))
         result = NOT_INDEXED if converted is None else converted
     return result
 
@@ -121,13 +105,7 @@ def _range_end(index, value):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         # DateRangeIndex reads plain numbers as minutes since the epoch.
         return dt.datetime.fromtimestamp(value * 60, dt.UTC).isoformat()
-    return index_date(_as_range_reads_it(value))
-
-
-def _as_range_reads_it(value):
-    # datetime_to_minutes makes a DateTime of a datetime, which reads a naive one in the
-    # process's local zone.
-    return DateTime(value) if isinstance(value, dt.datetime) else value
+    return index_date(as_range_reads_it(value))
 
 
 def date_range(index, obj):
@@ -259,72 +237,6 @@ EXTRACTORS = {
     "DateRecurringIndex": recurring,
     "GopipIndex": gopip,
 }
-
-
-def _recurring_query_date(index, value):
-    # DateRecurringIndex._convert: dt2int reads a datetime through pydt (naive as UTC; a pytz
-    # time keeps its wall-clock time and takes the offset its zone has then).
-    from plone.event.utils import pydt
-
-    return pydt(value, exact=False)
-
-
-QUERY_DATES = {
-    "DateRecurringIndex": _recurring_query_date,
-    # UnIndex.query_index reads query values (and ``not``) through DateIndex._convert.
-    "DateIndex": _naive_as_date_index_reads_it,
-    "DateRangeIndex": lambda index, value: _as_range_reads_it(value),
-}
-
-
-# Index types that read a query's text through DateTime (DateIndex._convert, DateRangeIndex's
-# datetime_to_minutes).
-QUERY_TEXT_AS_DATETIME = ("DateIndex", "DateRangeIndex")
-
-
-def query_value(index, value):
-    """A query value with its Python datetimes (and, for a DateIndex or DateRangeIndex, its text)
-    read as ``index`` reads them (its ``_convert``), so that what goes on the wire is an instant
-    the service reads the same way."""
-    meta_type = getattr(index, "meta_type", None)
-    convert = QUERY_DATES.get(meta_type)
-    if convert is None:
-        return value
-    value = _convert_dates(value, lambda date: convert(index, date))
-    if meta_type in QUERY_TEXT_AS_DATETIME:
-        value = _query_terms(value, _text_as_datetime)
-    return value
-
-
-def _text_as_datetime(value):
-    # DateTime reads the forms ZCatalog takes, a zone-less one other than ISO 8601 ("2024/07/15
-    # 10:00") in the process's local zone; the service reads ISO 8601 only, zone-less as UTC.
-    if not isinstance(value, str) or not value.strip():
-        return value
-    try:
-        return DateTime(value)
-    except DateTimeError:
-        return value  # no date: refused by ZCatalog, and by the service (400)
-
-
-def _query_terms(value, convert):
-    """``convert`` applied to a query's values: the value, a list's items, a mapping's ``query``
-    and ``not`` (not its options, such as ``range``)."""
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [convert(v) for v in value]
-    if isinstance(value, dict) or (hasattr(value, "keys") and not isinstance(value, (str, bytes))):
-        return {k: _query_terms(value[k], convert) if k in ("query", "not") else value[k] for k in list(value.keys())}
-    return convert(value)
-
-
-def _convert_dates(value, convert):
-    if isinstance(value, dt.date):
-        return convert(value)
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_convert_dates(v, convert) for v in value]
-    if isinstance(value, dict) or (hasattr(value, "keys") and not isinstance(value, (str, bytes))):
-        return {k: _convert_dates(value[k], convert) for k in list(value.keys())}
-    return value
 
 
 def index_value(index, obj):

@@ -16,7 +16,6 @@ properties, the interfaces adapters are looked up by, writes) reaches the index 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 
 from Acquisition import Implicit, aq_base, aq_chain, aq_parent
@@ -24,6 +23,8 @@ from BTrees.IIBTree import IITreeSet
 from DateTime import DateTime
 from Products.ZCatalog.Catalog import Catalog
 from zope.proxy import ProxyBase, getProxiedObject, non_overridable
+
+from .interfaces import is_service_tool
 
 # Index types whose values the service lists (unique_values_sql), as ZCatalog's UnIndex does.
 VALUE_INDEXES = ("FieldIndex", "KeywordIndex", "UUIDIndex", "DateIndex", "DateRecurringIndex")
@@ -45,21 +46,13 @@ def definition(catalog, name: str):
     return definitions(catalog)[name].__of__(catalog)
 
 
-@functools.cache
-def _tool_class():
-    from .tool import ServiceCatalogTool  # here: tool.py imports this module
-
-    return ServiceCatalogTool
-
-
 def service_tool(obj):
     """The ServiceCatalogTool ``obj`` was reached through, or None."""
-    tool_class = _tool_class()
     parent = aq_parent(obj)  # the usual case: obj is the catalog, reached as the tool's _catalog
-    if parent is not None and isinstance(aq_base(parent), tool_class):
+    if parent is not None and is_service_tool(parent):
         return parent
     for item in aq_chain(obj):
-        if isinstance(aq_base(item), tool_class):
+        if is_service_tool(item):
             return item
     return None
 

@@ -22,6 +22,9 @@ from zope.component import adapter
 from zope.container.interfaces import IContainerModifiedEvent
 from zope.lifecycleevent.interfaces import IObjectMovedEvent
 
+from .interfaces import is_service_tool
+from .new_objects import created_in_this_transaction
+
 GOPIP = "getObjPositionInParent"
 _KEY = object()
 
@@ -37,10 +40,8 @@ def _ordered_ids(container):
 
 
 def _service_tool(container):
-    from .tool import ServiceCatalogTool
-
     tool = getToolByName(container, "portal_catalog", None)
-    if tool is not None and isinstance(aq_base(tool), ServiceCatalogTool):
+    if tool is not None and is_service_tool(tool):
         return tool
     return None
 
@@ -143,8 +144,6 @@ def flush(tool=None):
         return
     if state is None or not state.containers:
         return
-    from .tool import created_in_this_transaction
-
     containers, state.containers = state.containers, {}
     for container, before in containers.values():
         current = _ordered_ids(container)

@@ -12,7 +12,6 @@ code that reads an index object's data itself gets the object in a proxy that as
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import zlib
@@ -34,6 +33,7 @@ from Products.CMFCore.utils import _getAuthenticatedUser
 from Products.CMFPlone.CatalogTool import CatalogTool
 from Products.ZCatalog.ZCatalog import CatalogError, ZCatalog
 from zope.component import queryMultiAdapter
+from zope.interface import implementer
 from ZPublisher import zpublish
 
 from catalog_schemas.api import SchemaUpdate, SearchRequest
@@ -45,19 +45,18 @@ from .cache import query_cache, transaction_memo
 from .client import get_client
 from .committed import CatalogBatchMark, batch_watch, until_complete
 from .errors import ServiceRejected, UnmergedResultsUnsupported
-from .extraction import NOT_INDEXED, index_value, metadata_value, query_value
+from .extraction import NOT_INDEXED, index_value, metadata_value
 from .indexes import definition, definitions, service_index
+from .interfaces import IServiceCatalogTool
+from .new_objects import created_in_this_transaction
 from .schema import KNOWN_VALUE_TYPES, TYPED_INDEXES, declarations, wire_value_type
+from .wire import catalog_uid
 
 logger = logging.getLogger("plone_connector.catalog")
 
 # Transaction data key of the rid -> path pairs the transaction's lookups found (getpath).
 _RID_PATHS = object()
 
-# Query keys ZCatalog reads besides index names; anything else it ignores, and so do we.
-SORT_KEYS = ("sort_on", "sort_order")
-BATCH_KEYS = ("b_start", "b_size", "sort_limit")
-MAX_UID_LENGTH = 200
 # A query's b_size up to this is fetched in its first request (Plone's listings ask for 20-100).
 WHOLE_BATCH = 100
 # Paths per request when a rebuild lists the catalog's entries (the service's b_size limit: 5000).
@@ -67,34 +66,12 @@ PATH_PAGE = 5000
 CLAIM_SLOTS = 1 << 20
 
 
-def catalog_uid(path: str) -> str:
-    """The service's key for a catalog entry: its path, as ZCatalog's uid is (digested if long)."""
-    if len(path) <= MAX_UID_LENGTH:
-        return path
-    return "sha256:" + hashlib.sha256(path.encode("utf-8")).hexdigest()
-
-
-def wire_query_value(value):
-    if isinstance(value, (str, bool, int, float)) or value is None:
-        return value
-    if isinstance(value, DateTime):
-        return wire.iso_datetime(value)
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [wire_query_value(v) for v in value]
-    if isinstance(value, dict) or hasattr(value, "keys"):
-        keys = list(value.keys())  # ZPublisher records have keys() but no iteration
-        return {str(k): wire_query_value(value[k]) for k in keys}
-    date = wire.index_date(value)
-    if date is not None:
-        return date
-    return str(value)
-
-
 def minute(now: DateTime) -> DateTime:
     """``now`` floored to the minute: effectiveRange compares minutes, and equal queries cache."""
     return DateTime(int(now.timeTime()) // 60 * 60)
 
 
+@implementer(IServiceCatalogTool)
 class ServiceCatalogTool(CatalogTool):
     """Plone's catalog tool, with its index data kept in the catalog service."""
 
@@ -518,40 +495,16 @@ class ServiceCatalogTool(CatalogTool):
     # -- searching --------------------------------------------------------------------------
 
     def _wire_query(self, query: dict, unrestricted: bool = False) -> tuple[dict, int, int | None, int | None]:
-        """ZCatalog's query as the service reads it, and ZCatalog's batch: b_start, b_size and,
-        for a sorted query paged by sort_limit alone, where its first half ends (sort_limit_stop).
+        """The query as the service reads it, and its batch (wire.wire_query)."""
+        catalog = self._catalog
+        stored = definitions(catalog)
 
-        A restricted search's principals go in a header (Plone's searchResults replaces any
-        allowedRolesAndUsers of the query with them); an unrestricted one is filtered by the
-        query's own, as ZCatalog filters it.
-        """
-        indexes = self._catalog.indexes
-        wire_query = {}
-        for key, value in query.items():
-            if key in SORT_KEYS:
-                wire_query[key] = wire_query_value(value)
-            elif key in indexes and (unrestricted or key != "allowedRolesAndUsers"):
-                # The index object itself: a proxy (indexes[key]) costs a few us per key here.
-                wire_query[key] = wire_query_value(query_value(definition(self._catalog, key), value))
-        # Catalog._sort_limit_arguments: b_size, else sort_limit, bounds the sequence; without
-        # either, b_start is read but nothing is sliced.
-        b_start = int(query.get("b_start", 0) or 0)
-        b_size = query.get("b_size")
-        sort_limit = query.get("sort-limit")
-        if sort_limit is None:
-            sort_limit = query.get("sort_limit")
-        stop = None
-        if b_size is not None:
-            b_size = int(b_size)
-        elif sort_limit:
-            b_size = int(sort_limit)
-            # Catalog.sortResults keeps the first sort_limit results, then slices from b_start
-            # (in the first half of the result; past it, it sorts in reverse and does not cut).
-            if wire_query.get("sort_on"):
-                stop = b_size
-        else:
-            b_start = 0
-        return wire_query, b_start, b_size, stop
+        def index_named(name):
+            # The index object itself: a proxy (_catalog.indexes[name]) costs a few us per key here.
+            index = stored.get(name)
+            return None if index is None else index.__of__(catalog)
+
+        return wire.wire_query(query, index_named, unrestricted)
 
     def _own_batches(self, client) -> list[str]:
         """The staged batch of this transaction, for a read that must see its pending changes."""
@@ -616,7 +569,7 @@ class ServiceCatalogTool(CatalogTool):
                 complete = complete and result.complete
             else:
                 result = send(None)
-            page = (result.items_total, [_record(item) for item in result.items])
+            page = (result.items_total, [BrainRecord.from_item(item) for item in result.items])
             if complete:
                 cache.put(key, page)
             return page
@@ -917,20 +870,6 @@ class ServiceCatalogTool(CatalogTool):
         return True
 
 
-def created_in_this_transaction(obj) -> bool:
-    """Whether ``obj`` was added to the database in the current transaction (or not at all yet)."""
-    base = aq_base(obj)
-    oid = getattr(base, "_p_oid", None)
-    if oid is None:
-        return True
-    jar = getattr(base, "_p_jar", None)
-    if jar is None or oid in getattr(jar, "_added", {}) or oid in getattr(jar, "_creating", {}):
-        return True
-    # After a savepoint (plone.api's create makes one) new objects are the savepoint storage's.
-    savepoint_storage = getattr(jar, "_savepoint_storage", None)
-    return savepoint_storage is not None and oid in getattr(savepoint_storage, "creating", {})
-
-
 def _rid_paths(catalog_id: str) -> dict:
     """The rid -> path pairs this transaction's lookups found in catalog ``catalog_id``."""
     txn = transaction.get()
@@ -958,13 +897,6 @@ def _merge_query(query, kw) -> dict:
             merged[key] = query[key]
     merged.update(kw)
     return merged
-
-
-def _record(item: dict) -> BrainRecord:
-    metadata = item.get("metadata")
-    if not isinstance(metadata, dict):
-        metadata = {k: v for k, v in item.items() if k not in ("uid", "path", "rid", "score")}
-    return BrainRecord(path=item["path"], rid=item["rid"], uid=item["uid"], score=item.get("score"), raw=metadata)
 
 
 InitializeClass(ServiceCatalogTool)

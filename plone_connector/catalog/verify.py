@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from Acquisition import aq_base
 from plone.base.utils import base_hasattr, safe_callable
 from plone.indexer.interfaces import IIndexableObject
 from Products.CMFCore.utils import getToolByName
 from zope.component import queryMultiAdapter
 
-from .tool import ServiceCatalogTool, catalog_uid
+from .interfaces import is_service_tool
+from .wire import catalog_uid
 
 
 @dataclass
@@ -86,7 +86,7 @@ def verify(portal, repair: bool = False) -> DriftReport:
     and no more than the connector's ``chunk_entries`` per request), so memory does not grow
     with the site; ZODB's cache is collected between chunks."""
     tool = getToolByName(portal, "portal_catalog")
-    if not isinstance(aq_base(tool), ServiceCatalogTool):
+    if not is_service_tool(tool):
         raise TypeError("portal_catalog is not the catalog service tool")
     report = DriftReport()
     catalogued = set(tool._all_paths())

@@ -1,9 +1,11 @@
-"""Python values to and from the JSON the service stores.
+"""Python values to and from the JSON the service stores, and ZCatalog queries as the service reads them.
 
 Index values follow docs/api.md: JSON scalars and lists, dates as ISO 8601 strings. Metadata is
 opaque to the service, so it may carry a small tagging scheme (``{"@t": tag, "v": ...}``) for
 values JSON cannot hold, which lets brains return real ``DateTime`` objects, tuples and
-``Missing.Value`` exactly as a ZCatalog metadata record would.
+``Missing.Value`` exactly as a ZCatalog metadata record would. A query goes out through
+``wire_query``: each index's part read as that index reads it (``query_value``), then made JSON
+(``wire_query_value``), with ZCatalog's batch arguments. An entry's key is ``catalog_uid``.
 """
 
 from __future__ import annotations
@@ -11,15 +13,28 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import hashlib
 import logging
 import math
+from collections.abc import Callable
 
 import Missing
 from DateTime import DateTime
+from DateTime.interfaces import DateTimeError
 
 logger = logging.getLogger("plone_connector.catalog")
 
 TAG = "@t"
+MAX_UID_LENGTH = 200
+# Query keys ZCatalog reads besides index names; anything else it ignores, and so do we.
+SORT_KEYS = ("sort_on", "sort_order")
+
+
+def catalog_uid(path: str) -> str:
+    """The service's key for a catalog entry: its path, as ZCatalog's uid is (digested if long)."""
+    if len(path) <= MAX_UID_LENGTH:
+        return path
+    return "sha256:" + hashlib.sha256(path.encode("utf-8")).hexdigest()
 
 
 # -- index values ---------------------------------------------------------------------------
@@ -95,6 +110,155 @@ def index_scalar(value):
         return float(value)
     logger.warning("indexing a %s as its text form", type(value).__name__)
     return str(value)
+
+
+# -- dates as an index reads them (for its values and its queries) -------------------------
+
+
+def naive_as_date_index_reads_it(index, value):
+    """DateIndex._convert reads a naive datetime in the Plone process's local time when
+    ``index_naive_time_as_local`` is set (the default), else as UTC; the service cannot know the
+    process's zone, so the value goes out as that UTC instant. ZCatalog's own ``Local`` zone is
+    used, with its quirks: its standard and summer offsets are the ones of the zone the process
+    had when DateIndex was imported, and which of them applies is asked of ``time.localtime``."""
+    if not isinstance(value, dt.datetime) or value.tzinfo is not None:
+        return value
+    if getattr(index, "index_naive_time_as_local", True):
+        from Products.PluginIndexes.DateIndex.DateIndex import Local
+
+        return value.replace(tzinfo=Local).astimezone(dt.UTC)
+    return value.replace(tzinfo=dt.UTC)
+
+
+def as_range_reads_it(value):
+    # datetime_to_minutes makes a DateTime of a datetime, which reads a naive one in the
+    # process's local zone.
+    return DateTime(value) if isinstance(value, dt.datetime) else value
+
+
+# -- queries --------------------------------------------------------------------------------
+
+
+def wire_query(query: dict, index_named: Callable, unrestricted: bool = False) -> tuple[dict, int, int | None, int | None]:
+    """ZCatalog's query as the service reads it, and ZCatalog's batch: b_start, b_size and,
+    for a sorted query paged by sort_limit alone, where its first half ends (sort_limit_stop).
+
+    ``index_named(name)``: the catalog's index object of that name (not a proxy), or None; keys
+    that are neither an index nor a sort key are left out, as ZCatalog ignores them.
+    A restricted search's principals go in a header (Plone's searchResults replaces any
+    allowedRolesAndUsers of the query with them); an unrestricted one is filtered by the
+    query's own, as ZCatalog filters it.
+    """
+    service_query = {}
+    for key, value in query.items():
+        if key in SORT_KEYS:
+            service_query[key] = wire_query_value(value)
+        elif unrestricted or key != "allowedRolesAndUsers":
+            index = index_named(key)
+            if index is not None:
+                service_query[key] = wire_query_value(query_value(index, value))
+    # Catalog._sort_limit_arguments: b_size, else sort_limit, bounds the sequence; without
+    # either, b_start is read but nothing is sliced.
+    b_start = int(query.get("b_start", 0) or 0)
+    b_size = query.get("b_size")
+    sort_limit = query.get("sort-limit")
+    if sort_limit is None:
+        sort_limit = query.get("sort_limit")
+    stop = None
+    if b_size is not None:
+        b_size = int(b_size)
+    elif sort_limit:
+        b_size = int(sort_limit)
+        # Catalog.sortResults keeps the first sort_limit results, then slices from b_start
+        # (in the first half of the result; past it, it sorts in reverse and does not cut).
+        if service_query.get("sort_on"):
+            stop = b_size
+    else:
+        b_start = 0
+    return service_query, b_start, b_size, stop
+
+
+def wire_query_value(value):
+    """A query value as JSON: DateTimes and other dates as ISO 8601, records as objects."""
+    if isinstance(value, (str, bool, int, float)) or value is None:
+        return value
+    if isinstance(value, DateTime):
+        return iso_datetime(value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [wire_query_value(v) for v in value]
+    if isinstance(value, dict) or hasattr(value, "keys"):
+        keys = list(value.keys())  # ZPublisher records have keys() but no iteration
+        return {str(k): wire_query_value(value[k]) for k in keys}
+    date = index_date(value)
+    if date is not None:
+        return date
+    return str(value)
+
+
+def _recurring_query_date(index, value):
+    # DateRecurringIndex._convert: dt2int reads a datetime through pydt (naive as UTC; a pytz
+    # time keeps its wall-clock time and takes the offset its zone has then).
+    from plone.event.utils import pydt
+
+    return pydt(value, exact=False)
+
+
+QUERY_DATES = {
+    "DateRecurringIndex": _recurring_query_date,
+    # UnIndex.query_index reads query values (and ``not``) through DateIndex._convert.
+    "DateIndex": naive_as_date_index_reads_it,
+    "DateRangeIndex": lambda index, value: as_range_reads_it(value),
+}
+
+
+# Index types that read a query's text through DateTime (DateIndex._convert, DateRangeIndex's
+# datetime_to_minutes).
+QUERY_TEXT_AS_DATETIME = ("DateIndex", "DateRangeIndex")
+
+
+def query_value(index, value):
+    """A query value with its Python datetimes (and, for a DateIndex or DateRangeIndex, its text)
+    read as ``index`` reads them (its ``_convert``), so that what goes on the wire is an instant
+    the service reads the same way."""
+    meta_type = getattr(index, "meta_type", None)
+    convert = QUERY_DATES.get(meta_type)
+    if convert is None:
+        return value
+    value = _convert_dates(value, lambda date: convert(index, date))
+    if meta_type in QUERY_TEXT_AS_DATETIME:
+        value = _query_terms(value, _text_as_datetime)
+    return value
+
+
+def _text_as_datetime(value):
+    # DateTime reads the forms ZCatalog takes, a zone-less one other than ISO 8601 ("2024/07/15
+    # 10:00") in the process's local zone; the service reads ISO 8601 only, zone-less as UTC.
+    if not isinstance(value, str) or not value.strip():
+        return value
+    try:
+        return DateTime(value)
+    except DateTimeError:
+        return value  # no date: refused by ZCatalog, and by the service (400)
+
+
+def _query_terms(value, convert):
+    """``convert`` applied to a query's values: the value, a list's items, a mapping's ``query``
+    and ``not`` (not its options, such as ``range``)."""
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [convert(v) for v in value]
+    if isinstance(value, dict) or (hasattr(value, "keys") and not isinstance(value, (str, bytes))):
+        return {k: _query_terms(value[k], convert) if k in ("query", "not") else value[k] for k in list(value.keys())}
+    return convert(value)
+
+
+def _convert_dates(value, convert):
+    if isinstance(value, dt.date):
+        return convert(value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_convert_dates(v, convert) for v in value]
+    if isinstance(value, dict) or (hasattr(value, "keys") and not isinstance(value, (str, bytes))):
+        return {k: _convert_dates(value[k], convert) for k in list(value.keys())}
+    return value
 
 
 # -- metadata -------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ import types
 from DateTime import DateTime
 
 from catalog_schemas.api import IndexDeclaration
-from plone_connector.catalog.extraction import NOT_INDEXED, index_value, query_value
-from plone_connector.catalog.tool import wire_query_value
+from plone_connector.catalog.extraction import NOT_INDEXED, index_value
+from plone_connector.catalog.wire import query_value, wire_query_value
 from tests.service.oracle import CatalogObject, ZCatalogOracle
 
 INDEXES = [

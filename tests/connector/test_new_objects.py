@@ -1,4 +1,4 @@
-"""created_in_this_transaction (tool.py) on a real FileStorage without Plone: an object counts as
+"""created_in_this_transaction (new_objects.py) on a real FileStorage without Plone: an object counts as
 new until its transaction commits, before and after a savepoint, and never once committed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from persistent.mapping import PersistentMapping
 from ZODB import DB
 from ZODB.FileStorage import FileStorage
 
-from plone_connector.catalog.tool import created_in_this_transaction
+from plone_connector.catalog.new_objects import created_in_this_transaction
 
 
 def test_new_until_committed_across_savepoints(tmp_path):

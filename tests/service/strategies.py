@@ -20,7 +20,8 @@ from DateTime import DateTime
 from hypothesis import strategies as st
 
 from catalog_schemas.api import IndexDeclaration
-from plone_connector.catalog.extraction import query_value, recurrence_value
+from plone_connector.catalog.extraction import recurrence_value
+from plone_connector.catalog.wire import query_value
 from tests.service.oracle import CatalogObject, recurrence_attrs
 
 ROOT = "/plone"
