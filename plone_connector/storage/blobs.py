@@ -11,6 +11,14 @@ import ZODB.POSException
 from ZODB.utils import u64
 
 from plone_connector.storage.shared import _current_on_main, _store_side
+from plone_connector.storage.sql import (
+    BLOB_CHUNKS,
+    BLOB_ID,
+    DELETE_BLOB,
+    INSERT_BLOB_CHUNK,
+    NEXT_BLOB_ID,
+    SNAPSHOT_BEGIN,
+)
 
 BLOB_CHUNK_SIZE = 1 << 20
 
@@ -57,8 +65,8 @@ class Blobs:
         self._sent = True
         earlier = self._uploaded.pop(u64(oid), None)
         if earlier is not None:
-            conn.execute("delete from zodb_blob_chunk where blob_id = %s", (earlier,))
-        (blob_id,) = conn.execute("select nextval('zodb_blob_seq')").fetchone()
+            conn.execute(DELETE_BLOB, (earlier,))
+        (blob_id,) = conn.execute(NEXT_BLOB_ID).fetchone()
         with open(filename, "rb") as blob_file, conn.cursor() as cur:
             chunk_num = 0
             while True:
@@ -66,7 +74,7 @@ class Blobs:
                 if not chunk and chunk_num:
                     break
                 cur.execute(
-                    "insert into zodb_blob_chunk (blob_id, chunk_num, chunk) values (%s, %s, %s)",
+                    INSERT_BLOB_CHUNK,
                     (blob_id, chunk_num, chunk),
                 )
                 chunk_num += 1
@@ -108,7 +116,7 @@ class Blobs:
         # Committed after our snapshot (e.g. read back right after our own commit): a snapshot of
         # its own, so that the row and its chunks are read as of one moment.
         with self._connect() as fresh:
-            fresh.execute("begin isolation level repeatable read read only")
+            fresh.execute(SNAPSHOT_BEGIN)
             if self._download_blob(fresh, oid, serial, filename):
                 return filename
         raise ZODB.POSException.POSKeyError("No blob file", oid, serial)
@@ -116,7 +124,7 @@ class Blobs:
     def _download_blob(self, conn: psycopg.Connection, oid: bytes, serial: bytes, filename: str) -> bool:
         table = "zodb_object_history" if self._hp else "zodb_object_state"
         row = conn.execute(
-            f"select blob_id from {table} where zoid = %s and tid = %s",  # noqa: S608 - fixed names
+            BLOB_ID.format(table=table)
             (u64(oid), u64(serial)),
         ).fetchone()
         if row is None or row[0] is None:
@@ -126,9 +134,7 @@ class Blobs:
             chunks = size = 0
             with os.fdopen(fd, "wb") as out, conn.cursor() as cur:
                 # Chunks stream one row at a time; the blob never sits in memory whole.
-                for (chunk,) in cur.stream(
-                    "select chunk from zodb_blob_chunk where blob_id = %s order by chunk_num", (row[0],)
-                ):
+                for (chunk,) in cur.stream(BLOB_CHUNKS, (row[0],)):
                     out.write(chunk)
                     chunks += 1
                     size += len(chunk)

@@ -16,7 +16,30 @@ from plone_connector.storage.errors import CommitLockTimeout, DisconnectedError,
 from plone_connector.storage.listener import CHANNEL
 from plone_connector.storage.rows import _int_array, _PendingRow
 from plone_connector.storage.shared import log
-from plone_connector.storage.sql import LOAD_CURRENT, LOCK_AND_COMPARE
+from plone_connector.storage.sql import (
+    ADVANCE_OID_SEQ,
+    BUMP_GC_TID,
+    COMMIT_LOCK,
+    COMMIT_LOCK_AT,
+    COPY_TEMP_IN,
+    CREATED_EXISTS,
+    DELETE_BLOBS,
+    DELETE_STATES,
+    EMPTY_TEMP,
+    END_VOTER_SESSION,
+    INSERT_DELETIONS,
+    INSERT_HISTORY,
+    INSERT_TRANSACTION,
+    LATEST_REVISION,
+    LOAD_CURRENT,
+    LOCK_AND_COMPARE,
+    LOCK_READ_CURRENT,
+    NEW_REFS_PACKED_AWAY,
+    RECORD_BATCH_OUTCOMES,
+    UNDONE_KEPT,
+    UPDATE_RESOLVED,
+    XACT_STATUS,
+)
 
 # Seconds tpc_finish waits for a transaction whose connection broke during COMMIT to end on the
 # server before it ends that transaction's session itself.
@@ -135,7 +158,7 @@ class TwoPhaseCommit:
         written = sorted(self._flushed.union(self._direct))
         if self._read_current and not restoring:
             rows = conn.execute(
-                "select zoid, tid from zodb_object_state where zoid = any(%s) order by zoid for share",
+                LOCK_READ_CURRENT,
                 (sorted(set(self._read_current).difference(written)),),
             ).fetchall()
             current = dict(rows)
@@ -174,8 +197,7 @@ class TwoPhaseCommit:
         # the new objects' COPY, and one pipeline with everything else.
         if restoring:
             row = conn.execute(
-                "update zodb_commit set tid = %s where tid < %s"
-                " returning tid, gc_tid, pg_current_xact_id()::text, pg_notify(%s, tid::text)",
+                COMMIT_LOCK_AT,
                 (self._restore_tid, self._restore_tid, CHANNEL),
             ).fetchone()
             if row is None:
@@ -184,8 +206,7 @@ class TwoPhaseCommit:
                 )
         else:
             row = conn.execute(
-                "update zodb_commit set tid = greatest(tid + 1, zodb_now_tid())"
-                " returning tid, gc_tid, pg_current_xact_id()::text, pg_notify(%s, tid::text)",
+                COMMIT_LOCK,
                 (CHANNEL,),
             ).fetchone()
         tid, gc_tid, self._xid, _ = row
@@ -201,7 +222,7 @@ class TwoPhaseCommit:
             # undo() read the revisions it restores before this lock: a pack by time may have
             # taken them since (with their blobs), and marked the undone transaction packed.
             (kept,) = conn.execute(
-                "select count(*) from zodb_transaction where tid = any(%s) and not packed",
+                UNDONE_KEPT,
                 (sorted(self._undone),),
             ).fetchone()
             if kept != len(self._undone):
@@ -222,36 +243,31 @@ class TwoPhaseCommit:
         with conn.pipeline():
             if created:
                 existing = conn.execute(
-                    "select min(zoid) from zodb_object_state where zoid = any(%s::bigint[])",
+                    CREATED_EXISTS,
                     (_int_array(sorted(created)),),
                 )
             if self._flushed:
                 conn.execute(
-                    """insert into zodb_object_state (zoid, tid, class_name, state, refs, exact, blob_id)
-                       select zoid, %s, class_name, state, refs, exact, blob_id from zodb_temp_store
-                       on conflict (zoid) do update set
-                           tid = excluded.tid, class_name = excluded.class_name, state = excluded.state,
-                           refs = excluded.refs, exact = excluded.exact,
-                           blob_id = coalesce(excluded.blob_id, zodb_object_state.blob_id)""",
+                    COPY_TEMP_IN,
                     (tid,),
                 )
-                conn.execute("delete from zodb_temp_store")  # the next transaction starts empty
+                conn.execute(EMPTY_TEMP)  # the next transaction starts empty
             if self._deletes:
-                conn.execute("delete from zodb_object_state where zoid = any(%s)", (sorted(self._deletes),))
+                conn.execute(DELETE_STATES, (sorted(self._deletes),))
                 if not self._hp:
                     # History-free polls cannot see deleted rows: tell other processes' caches the
                     # way pack does.
-                    conn.execute("update zodb_commit set gc_tid = tid")
+                    conn.execute(BUMP_GC_TID)
             if replaced and not self._hp:  # history keeps old blob revisions
-                conn.execute("delete from zodb_blob_chunk where blob_id = any(%s)", (replaced,))
+                conn.execute(DELETE_BLOBS, (replaced,))
             if restoring and written:
                 conn.execute(
-                    "select setval('zodb_oid_seq', greatest(%s, (select last_value from zodb_oid_seq)))",
+                    ADVANCE_OID_SEQ,
                     (max(written),),
                 )
             if self._batch_ids:
                 conn.execute(
-                    "insert into catalog_txn_outcome (batch_id, tid) select unnest(%s::text[]), %s",
+                    RECORD_BATCH_OUTCOMES,
                     (self._batch_ids, tid),
                 )
         if created:
@@ -266,8 +282,7 @@ class TwoPhaseCommit:
     def _write_history(self, conn: psycopg.Connection, tid: int, written: list[int]) -> None:
         user, description, extension = self._metadata
         conn.execute(
-            "insert into zodb_transaction (tid, username, description, extension, packed)"
-            " values (%s, %s, %s, %s, %s)",
+            INSERT_TRANSACTION,
             (tid, user, description, extension, self._packed),
         )
         if written:
@@ -277,27 +292,18 @@ class TwoPhaseCommit:
             # revision since (nulling the pointers already committed, pack.py); one naming a
             # missing revision makes FileStorage's restore (zodbconvert) fail.
             conn.execute(
-                """insert into zodb_object_history
-                       (zoid, tid, class_name, state, refs, exact, blob_id, data_tid)
-                   select t.zoid, %(tid)s, t.class_name, t.state, t.refs, t.exact,
-                          coalesce(t.blob_id, s.blob_id),
-                          case when t.data_tid is null or t.data_tid = %(tid)s or exists (
-                                   select 1 from zodb_object_history o
-                                   where o.zoid = t.zoid and o.tid = t.data_tid)
-                               then t.data_tid end
-                   from zodb_temp_store t left join zodb_object_state s using (zoid)""",
+                INSERT_HISTORY,
                 {"tid": tid},
             )
         if self._deletes:
             conn.execute(
-                "insert into zodb_object_history (zoid, tid, class_name, deleted)"
-                " select unnest(%s::bigint[]), %s, '', true",
+                INSERT_DELETIONS,
                 (sorted(self._deletes), tid),
             )
 
     @staticmethod
     def _latest_revision(conn: psycopg.Connection, zoid: int) -> int | None:
-        return conn.execute("select max(tid) from zodb_object_history where zoid = %s", (zoid,)).fetchone()[0]
+        return conn.execute(LATEST_REVISION, (zoid,)).fetchone()[0]
 
     def _detect_conflicts(self, conn: psycopg.Connection, differing: dict[int, int | None]) -> None:
         """Resolve, or raise for, the objects whose row was not what the transaction expected
@@ -330,8 +336,7 @@ class TwoPhaseCommit:
             new_row = self._encode(oid, p64(committed), resolved, None)
             # A merged state is no earlier revision's data: an undo's back pointer goes.
             conn.execute(
-                "update zodb_temp_store set prev_tid = %s, class_name = %s, state = %s::jsonb,"
-                " refs = %s, exact = %s, data_tid = null where zoid = %s",
+                UPDATE_RESOLVED,
                 (committed, new_row.class_name, new_row.state_json, new_row.refs, new_row.exact, zoid),
             )
             self._pickles[zoid] = resolved
@@ -347,17 +352,7 @@ class TwoPhaseCommit:
         self._transcode_direct()
         direct_refs = sorted({ref for row in self._direct.values() for ref in row.refs})
         row = conn.execute(
-            """select r.zoid from (
-                   (select unnest(refs) as zoid from zodb_temp_store
-                    except
-                    select unnest(s.refs) from zodb_object_state s join zodb_temp_store t using (zoid))
-                   union
-                   select unnest(%s::bigint[])
-               ) r
-               where not exists (select 1 from zodb_object_state s where s.zoid = r.zoid)
-                 and not exists (select 1 from zodb_temp_store t where t.zoid = r.zoid)
-                 and r.zoid <> all(%s::bigint[])
-               limit 1""",
+            NEW_REFS_PACKED_AWAY,
             (_int_array(direct_refs), _int_array(sorted(self._direct))),
         ).fetchone()
         if row is not None:
@@ -445,7 +440,7 @@ class TwoPhaseCommit:
         that the client is gone: wait a little, then end that session, after which PostgreSQL
         has either committed or rolled the transaction back and the answer is final.
         """
-        query = "select pg_xact_status(%s::xid8)"
+        query = XACT_STATUS
         deadline = time.monotonic() + COMMIT_OUTCOME_WAIT
         delay = 0.01
         with self._connect() as conn:
@@ -458,8 +453,7 @@ class TwoPhaseCommit:
             if status == "in progress":
                 # Only the session still running our transaction (a pid alone may be reused).
                 conn.execute(
-                    "select pg_terminate_backend(pid, %s) from pg_stat_activity"
-                    " where pid = %s and backend_xid = %s::xid8::xid",
+                    END_VOTER_SESSION,
                     (int(COMMIT_OUTCOME_WAIT * 1000), self._backend_pid, self._xid),
                 )
                 (status,) = conn.execute(query, (self._xid,)).fetchone()

@@ -6,7 +6,7 @@ import psycopg
 from psycopg import pq
 
 from plone_connector.storage.errors import DisconnectedError, StorageClosedError
-from plone_connector.storage.sql import FAST_LOAD, FAST_LOAD_NAME, TEMP_TABLE
+from plone_connector.storage.sql import FAST_LOAD, FAST_LOAD_NAME, LOCK_TIMEOUT, TEMP_TABLE
 
 _INT8_OID = 20
 
@@ -40,7 +40,7 @@ class Connections:
             conn = self._connect()
             conn.execute(TEMP_TABLE)
             # Only vote takes locks on this connection (rows, then the commit lock).
-            conn.execute(f"set lock_timeout = {int(self._shared.commit_lock_timeout * 1000)}")
+            conn.execute(LOCK_TIMEOUT.format(ms=int(self._shared.commit_lock_timeout * 1000)))
             self._store_conn = conn
         return self._store_conn
 

@@ -16,6 +16,20 @@ from ZODB.BaseStorage import DataRecord, TransactionRecord
 from ZODB.utils import p64, u64
 
 from plone_connector.storage.shared import _current_on_main, _store_side, log
+from plone_connector.storage.sql import (
+    CURRENT_REVISION,
+    HISTORY,
+    ITER_RECORDS_HF,
+    ITER_RECORDS_HP,
+    ITER_TIDS_HF,
+    ITER_TRANSACTIONS,
+    REVISION_AT,
+    REVISION_BEFORE,
+    SNAPSHOT_BEGIN,
+    UNDO_LOG,
+    UNDOABLE,
+    UNDONE_OBJECTS,
+)
 
 # How often copyTransactionsFrom (zodbconvert) logs its progress.
 COPY_PROGRESS_SECONDS = 10.0
@@ -32,10 +46,7 @@ class History:
         with self._lock:
             conn = self._ensure_snapshot()
             rows = conn.execute(
-                """select h.tid, t.username, t.description, t.extension,
-                          coalesce(length(h.exact), length(h.state::text), 0)
-                   from zodb_object_history h join zodb_transaction t using (tid)
-                   where h.zoid = %s order by h.tid desc limit %s""",
+                HISTORY,
                 (u64(oid), size),
             ).fetchall()
         if not rows:
@@ -55,10 +66,7 @@ class History:
             return []
         entries = []
         with self._connect() as conn, conn.cursor() as cur:
-            for tid, user, desc, ext in cur.stream(
-                "select tid, username, description, extension from zodb_transaction"
-                " where not packed order by tid desc"
-            ):
+            for tid, user, desc, ext in cur.stream(UNDO_LOG):
                 entry = _history_entry(p64(tid), bytes(user), bytes(desc), bytes(ext), 0)
                 entry["id"] = p64(tid)
                 del entry["tid"], entry["serial"], entry["size"], entry["version"]
@@ -84,15 +92,11 @@ class History:
         undone = u64(transaction_id)
         with self._lock:
             conn = self._begin_db_transaction()
-            if conn.execute(
-                "select 1 from zodb_transaction where tid = %s and not packed", (undone,)
-            ).fetchone() is None:
+            if conn.execute(UNDOABLE, (undone,)).fetchone() is None:
                 raise ZODB.POSException.UndoError("Invalid undo transaction id")
             self._undone.add(undone)
             oids = []
-            for (zoid,) in conn.execute(
-                "select zoid from zodb_object_history where tid = %s order by zoid", (undone,)
-            ).fetchall():
+            for (zoid,) in conn.execute(UNDONE_OBJECTS, (undone,)).fetchall():
                 self._undo_object(zoid, undone)
                 oids.append(p64(zoid))
         return None, oids
@@ -101,13 +105,9 @@ class History:
         oid = p64(zoid)
         # Asked for per object: the rows of the objects before may have left a COPY open.
         conn = self._begin_db_transaction()
-        revision = (
-            "select tid, class_name, state, exact, deleted, blob_id, coalesce(data_tid, tid)"
-            " from zodb_object_history where zoid = %s"
-        )
-        current = conn.execute(revision + " order by tid desc limit 1", (zoid,)).fetchone()
-        undone_row = conn.execute(revision + " and tid = %s", (zoid, undone)).fetchone()
-        before = conn.execute(revision + " and tid < %s order by tid desc limit 1", (zoid, undone)).fetchone()
+        current = conn.execute(CURRENT_REVISION, (zoid,)).fetchone()
+        undone_row = conn.execute(REVISION_AT, (zoid, undone)).fetchone()
+        before = conn.execute(REVISION_BEFORE, (zoid, undone)).fetchone()
         if current is None or undone_row is None:
             # undo() listed the object, then a pack (these reads take no lock) removed the
             # revision it undoes, or the whole object as garbage.
@@ -151,29 +151,22 @@ class History:
         low = u64(start) if start else 0
         high = u64(stop) if stop else (1 << 63) - 1
         with self._connect() as conn:
-            conn.execute("begin isolation level repeatable read read only")
+            conn.execute(SNAPSHOT_BEGIN)
             if self._hp:
                 transactions = conn.execute(
-                    "select tid, packed, username, description, extension from zodb_transaction"
-                    " where tid between %s and %s order by tid",
+                    ITER_TRANSACTIONS,
                     (low, high),
                 ).fetchall()
-                records_sql = (
-                    "select zoid, class_name, state, exact, deleted, data_tid from zodb_object_history"
-                    " where tid = %s order by zoid"
-                )
+                records_sql = ITER_RECORDS_HP
             else:
                 transactions = [
                     (tid, False, b"", b"", b"")
                     for (tid,) in conn.execute(
-                        "select distinct tid from zodb_object_state where tid between %s and %s order by tid",
+                        ITER_TIDS_HF,
                         (low, high),
                     )
                 ]
-                records_sql = (
-                    "select zoid, class_name, state, exact, false, null from zodb_object_state"
-                    " where tid = %s order by zoid"
-                )
+                records_sql = ITER_RECORDS_HF
             for tid, packed, user, description, extension in transactions:
                 records = [
                     DataRecord(

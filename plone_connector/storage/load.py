@@ -11,7 +11,15 @@ from ZODB.utils import p64, u64
 
 from plone_connector.storage import jsonstate
 from plone_connector.storage.shared import _current_on_main
-from plone_connector.storage.sql import FAST_LOAD_NAME, LOAD_CURRENT
+from plone_connector.storage.sql import (
+    FAST_LOAD_NAME,
+    HAS_HISTORY,
+    LOAD_BEFORE,
+    LOAD_CURRENT,
+    LOAD_REVISION,
+    NEXT_REVISION,
+    PREFETCH,
+)
 
 # Recently written or loaded pickles, by (oid, tid): conflict resolution needs the state a
 # transaction started from, which a history-free table no longer has once it was overwritten.
@@ -114,7 +122,7 @@ class Loads:
                 return
             try:
                 rows = self._load_conn.execute(
-                    "select zoid, tid, class_name, state, exact from zodb_object_state where zoid = any(%s)",
+                    PREFETCH,
                     (wanted,),
                 ).fetchall()
             except psycopg.OperationalError as error:
@@ -136,17 +144,14 @@ class Loads:
         zoid = u64(oid)
         with self._lock:
             row = self._snapshot_query(
-                "select tid, class_name, state, exact, deleted from zodb_object_history"
-                " where zoid = %s and tid < %s order by tid desc limit 1",
+                LOAD_BEFORE,
                 (zoid, u64(tid)),
             )
             if row is None:
-                if self._snapshot_query("select 1 from zodb_object_history where zoid = %s limit 1", (zoid,)):
+                if self._snapshot_query(HAS_HISTORY, (zoid,)):
                     return None
                 raise ZODB.POSException.POSKeyError(oid)
-            end = self._snapshot_query(
-                "select min(tid) from zodb_object_history where zoid = %s and tid >= %s", (zoid, u64(tid))
-            )[0]
+            end = self._snapshot_query(NEXT_REVISION, (zoid, u64(tid)))[0]
         start, class_name, state, exact, deleted = row
         if deleted:
             raise ZODB.POSException.POSKeyError(oid)  # its creation was undone
@@ -160,10 +165,7 @@ class Loads:
             if recent is not None:
                 return recent
         if self._hp:
-            query = (
-                "select tid, class_name, state, exact from zodb_object_history"
-                " where zoid = %s and tid = %s and not deleted"
-            )
+            query = LOAD_REVISION
             params = (u64(oid), u64(serial))
         else:
             query, params = LOAD_CURRENT, (u64(oid),)

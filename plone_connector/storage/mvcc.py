@@ -10,7 +10,7 @@ from ZODB.utils import p64
 from plone_connector.storage.errors import DisconnectedError
 from plone_connector.storage.schema import check_state_format
 from plone_connector.storage.shared import log
-from plone_connector.storage.sql import POLL
+from plone_connector.storage.sql import COMMIT_STATE, LAST_TID, POLL, SNAPSHOT_BEGIN
 
 
 class Snapshots:
@@ -57,14 +57,14 @@ class Snapshots:
             self._drop_load_conn()
             raise DisconnectedError(f"cannot reach the database: {error}") from error
         if since is None:
-            select = "select tid, gc_tid, null::bigint[], null::bigint[], state_format from zodb_commit"
+            select = COMMIT_STATE
         else:
             # Integers formatted by us, never input: one simple-protocol round trip does
             # rollback, begin and poll together (the protocol takes no parameters). History-
             # preserving: the history table also shows deletions (undone creations).
             table = "zodb_object_history" if self._hp else "zodb_object_state"
             select = POLL.format(since=int(since), table=table)
-        query = "begin isolation level repeatable read read only; " + select
+        query = SNAPSHOT_BEGIN + "; " + select
         if conn.info.transaction_status != pq.TransactionStatus.IDLE:
             query = "rollback; " + query
         try:
@@ -152,9 +152,9 @@ class Snapshots:
                 # the newest commit of any process, not this instance's last poll.
                 if self._shared.read_only:  # e.g. on a replica: no write connection
                     with self._connect() as conn:
-                        (tid,) = conn.execute("select tid from zodb_commit").fetchone()
+                        (tid,) = conn.execute(LAST_TID).fetchone()
                 else:
-                    (tid,) = self._outside_transaction("select tid from zodb_commit").fetchone()
+                    (tid,) = self._outside_transaction(LAST_TID).fetchone()
                 self._ltid = max(self._ltid, tid)
             elif not self._ltid or self._snapshot_tid is None:
                 # No snapshot yet (before the first poll, or after one that failed): the reads

@@ -61,6 +61,13 @@ from plone_connector.storage.mvcc import Snapshots
 from plone_connector.storage.rows import OPAQUE, exact_kind
 from plone_connector.storage.schema import migrate
 from plone_connector.storage.shared import _Shared, log
+from plone_connector.storage.sql import (
+    CLEANUP,
+    COUNT_OBJECTS,
+    EXPIRE_BATCH_OUTCOMES,
+    IN_RECOVERY,
+    STORAGE_SIZE,
+)
 from plone_connector.storage.store import (
     DIRECT_COPY_ROWS,
     DIRECT_MAX_BYTES,
@@ -118,7 +125,7 @@ def _open_database(dsn: str, connect_timeout: int, history_preserving: bool, rea
         raise StorageOpenError(f"invalid DSN: {reason}") from None
     with conn:
         migrate(conn, history_preserving, read_only=read_only)
-        if listen and read_only and conn.execute("select pg_is_in_recovery()").fetchone()[0]:
+        if listen and read_only and conn.execute(IN_RECOVERY).fetchone()[0]:
             log.info("read-only storage on a server in recovery: no LISTEN, polls only")
             return False
     return listen
@@ -263,14 +270,11 @@ class JsonbStorage(Loads, Snapshots, Stores, TwoPhaseCommit, Blobs, History, Con
 
     def __len__(self) -> int:
         with self._connect() as conn:
-            return conn.execute("select count(*) from zodb_object_state").fetchone()[0]
+            return conn.execute(COUNT_OBJECTS).fetchone()[0]
 
     def getSize(self) -> int:
         with self._connect() as conn:
-            return conn.execute(
-                "select coalesce(sum(pg_total_relation_size(c)), 0) from unnest("
-                "array['zodb_object_state', 'zodb_blob_chunk']::regclass[]) c"
-            ).fetchone()[0]
+            return conn.execute(STORAGE_SIZE).fetchone()[0]
 
     def getName(self) -> str:
         return self.__name__
@@ -328,7 +332,7 @@ class JsonbStorage(Loads, Snapshots, Stores, TwoPhaseCommit, Blobs, History, Con
             # The catalog service reads batch outcomes to resolve batches left staged, for at most
             # its abandon TTL (7 days by default): older ones only fill the table.
             conn.execute(
-                "delete from catalog_txn_outcome where recorded < now() - make_interval(days => %s)",
+                EXPIRE_BATCH_OUTCOMES,
                 (OUTCOME_KEEP_DAYS,),
             )
         with self._lock:
@@ -353,14 +357,8 @@ class JsonbStorage(Loads, Snapshots, Stores, TwoPhaseCommit, Blobs, History, Con
         if self._shared.read_only:
             raise ZODB.POSException.ReadOnlyError()
         with self._connect() as conn, conn.transaction():
-            conn.execute("select 1 from zodb_commit for update")
-            conn.execute("delete from zodb_object_state")
-            conn.execute("delete from zodb_object_history")
-            conn.execute("delete from zodb_transaction")
-            conn.execute("delete from zodb_blob_chunk")
-            conn.execute("delete from catalog_txn_outcome")
-            conn.execute("update zodb_commit set tid = 0, gc_tid = 0")
-            conn.execute("alter sequence zodb_oid_seq restart")
+            for statement in CLEANUP:
+                conn.execute(statement)
         self._ltid = self._own_tid = 0
         self._polled_tid = None
         self._polled_gc_tid = None

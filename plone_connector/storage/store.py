@@ -21,6 +21,15 @@ from plone_connector.storage.rows import (
     exact_kind,
 )
 from plone_connector.storage.shared import _store_side, log
+from plone_connector.storage.sql import (
+    COPY_NEW_STATES,
+    COPY_TEMP,
+    DELETE_BLOB,
+    DELETE_TEMP_ROW,
+    DELETE_TEMP_ROWS,
+    OID_BLOCK,
+    TRUNCATE_TEMP,
+)
 
 # Rows buffered in memory before they are written to the COPY streaming into the temporary table.
 STORE_BATCH_ROWS = 100
@@ -66,7 +75,7 @@ class Stores:
                 # left of a block when the instance closes is a gap (docs/storage.md, Oids).
                 size = self._oid_block
                 self._oid_block = min(size * 2, OID_BLOCK_MAX)
-                query = f"select array_agg(nextval('zodb_oid_seq')) from generate_series(1, {int(size)})"
+                query = OID_BLOCK.format(size=int(size))
                 if self._in_db_transaction:
                     (oids,) = self._begin_db_transaction().execute(query).fetchone()
                 else:
@@ -101,13 +110,10 @@ class Stores:
                 # Only while none of this transaction's rows are in the table: a COPY reopened
                 # later in a transaction (after a new oid block, a blob upload, at vote) must
                 # not take the rows streamed before it along.
-                conn.execute("truncate zodb_temp_store")
+                conn.execute(TRUNCATE_TEMP)
                 self._temp_rows = 0
             cursor = conn.cursor()
-            block = cursor.copy(
-                "copy zodb_temp_store (zoid, prev_tid, class_name, state, refs, exact, blob_id, data_tid)"
-                " from stdin"
-            )
+            block = cursor.copy(COPY_TEMP)
             self._copy = (cursor, block, block.__enter__())
         self._copy[2].write(lines)
 
@@ -192,9 +198,7 @@ class Stores:
         """COPY the new objects' rows into zodb_object_state, transcoding those store() left as
         pickles on the way: a chunk goes out every DIRECT_COPY_ROWS rows, so the server stores
         one while this process transcodes the next (the server's part is the larger)."""
-        with conn.cursor() as cur, cur.copy(
-            "copy zodb_object_state (zoid, tid, class_name, state, refs, exact, blob_id) from stdin"
-        ) as copy:
+        with conn.cursor() as cur, cur.copy(COPY_NEW_STATES) as copy:
             lines = []
             for row in self._direct.values():
                 if row.class_name is None:
@@ -234,9 +238,7 @@ class Stores:
         rows = list(self._pending.values())
         again = [row.zoid for row in rows if row.zoid in self._flushed]
         if again:
-            self._begin_db_transaction().execute(
-                "delete from zodb_temp_store where zoid = any(%s)", (again,)
-            )
+            self._begin_db_transaction().execute(DELETE_TEMP_ROWS, (again,))
         self._copy_rows("".join(map(_copy_line, rows)))
         self._temp_rows += len(rows)
         self._flushed.update(row.zoid for row in rows)
@@ -289,13 +291,13 @@ class Stores:
         an undo refers to an older revision's blob, which stays.)"""
         oid = p64(zoid)
         if zoid in self._flushed:
-            self._begin_db_transaction().execute("delete from zodb_temp_store where zoid = %s", (zoid,))
+            self._begin_db_transaction().execute(DELETE_TEMP_ROW, (zoid,))
             self._flushed.discard(zoid)
         self._pending.pop(zoid, None)
         self._direct.pop(zoid, None)
         uploaded = self._uploaded.pop(zoid, None)
         if uploaded is not None:
-            self._begin_db_transaction().execute("delete from zodb_blob_chunk where blob_id = %s", (uploaded,))
+            self._begin_db_transaction().execute(DELETE_BLOB, (uploaded,))
         blob_file = self._blob_files.pop(oid, None)
         if blob_file is not None and os.path.exists(blob_file):
             os.remove(blob_file)
