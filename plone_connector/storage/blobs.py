@@ -1,4 +1,6 @@
-"""Blobs: stored in chunks of ``BLOB_CHUNK_SIZE`` in zodb_blob_chunk, streamed both ways; the blob directory is a cache of them (its size limit: blobcache.py)."""
+"""Blobs: stored in chunks of ``BLOB_CHUNK_SIZE`` in zodb_blob_chunk, streamed both ways; the blob
+directory is a cache of them (its size limit: blobcache.py).
+"""
 
 from __future__ import annotations
 

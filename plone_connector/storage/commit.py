@@ -1,4 +1,7 @@
-"""The two-phase commit: ``tpc_begin``, ``tpc_vote`` (lock and compare the touched rows, resolve conflicts, take the commit lock and the tid, copy the rows in), ``tpc_finish`` (COMMIT, and what a connection lost around it means), ``tpc_abort`` (docs/decisions/storage-commit.md)."""
+"""The two-phase commit: ``tpc_begin``, ``tpc_vote`` (lock and compare the touched rows, resolve
+conflicts, take the commit lock and the tid, copy the rows in), ``tpc_finish`` (COMMIT, and what
+a connection lost around it means), ``tpc_abort`` (docs/decisions/storage-commit.md).
+"""
 
 from __future__ import annotations
 

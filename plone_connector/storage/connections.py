@@ -1,4 +1,6 @@
-"""The two PostgreSQL connections of an instance: the load connection (its snapshot, mvcc.py) and the store connection (the two-phase commit, commit.py)."""
+"""The two PostgreSQL connections of an instance: the load connection (its snapshot, mvcc.py) and
+the store connection (the two-phase commit, commit.py).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The storage's errors: each a ZODB ``StorageError``; the transient ones are retried by transaction managers."""
+"""The storage's errors: each a ZODB ``StorageError``; the transient ones are retried by
+transaction managers.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""History and undo (history-preserving mode), iteration and copying: ``history``, ``undoLog``, ``undo``, ``iterator``, ``copyTransactionsFrom`` (zodbconvert)."""
+"""History and undo (history-preserving mode), iteration and copying: ``history``, ``undoLog``,
+``undo``, ``iterator``, ``copyTransactionsFrom`` (zodbconvert).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The load path: ``load`` (the process cache, then one prepared statement), ``prefetch``, ``loadBefore``, ``loadSerial``."""
+"""The load path: ``load`` (the process cache, then one prepared statement), ``prefetch``,
+``loadBefore``, ``loadSerial``.
+"""
 
 from __future__ import annotations
 

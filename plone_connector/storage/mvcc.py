@@ -1,4 +1,6 @@
-"""MVCC: the read snapshot of an instance, renewed by ``poll_invalidations``, which also lists the oids changed since the previous poll (docs/decisions/storage-mvcc.md)."""
+"""MVCC: the read snapshot of an instance, renewed by ``poll_invalidations``, which also lists the
+oids changed since the previous poll (docs/decisions/storage-mvcc.md).
+"""
 
 from __future__ import annotations
 

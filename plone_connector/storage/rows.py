@@ -1,4 +1,6 @@
-"""The rows a transaction writes: transcoded from the pickle (jsonstate), written in COPY's text format."""
+"""The rows a transaction writes: transcoded from the pickle (jsonstate), written in COPY's text
+format.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""What the parts of JsonbStorage share: the state of one storage and all its instances (``_Shared``), the logger, and the decorators that say how a call treats its connection."""
+"""What the parts of JsonbStorage share: the state of one storage and all its instances
+(``_Shared``), the logger, and the decorators that say how a call treats its connection.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,13 @@
-"""The SQL statements of JsonbStorage, in one place (the tables are schema.py's).
+"""The SQL statements of JsonbStorage, in one place, grouped by the module that sends them (the
+tables are schema.py's, pack's statements are pack.py's). Only transaction control (``begin``,
+``commit``, ``rollback``) stays inline.
 
 Statement text depends only on the statement's shape, never on values: values go as parameters,
-so the server's and psycopg's prepared statements are reused. The few statements built with
-``format`` take integers the storage computed itself or the name of one of its own tables.
+so prepared statements are reused. The few templates (``{...}``) take an integer the storage
+computed itself or the name of one of its own tables.
 """
+
+# ------------------------------------------------------------------ Connections (connections.py)
 
 TEMP_TABLE = """
 create temporary table if not exists zodb_temp_store (
@@ -18,26 +22,25 @@ create temporary table if not exists zodb_temp_store (
 )
 """
 
-# Locks the rows of the objects a transaction writes or deletes (in zoid order, so that two
-# committers never wait for each other in a cycle) and returns only those worth a look: a blob to
-# replace, or a row that is not what the transaction expected (a conflict). The common commit
-# gets no rows back. MATERIALIZED: every row is locked, whatever the outer query keeps.
-LOCK_AND_COMPARE = """
-with locked as materialized (
-    select zoid, tid, blob_id from zodb_object_state
-    where zoid = any(%s::bigint[]) order by zoid for update
-)
-select zoid, l.tid, l.blob_id, e.zoid is not null and l.tid is distinct from e.tid
-from locked l full join unnest(%s::bigint[], %s::bigint[]) as e (zoid, tid) using (zoid)
-where l.blob_id is not null or (e.zoid is not null and l.tid is distinct from e.tid)
-order by zoid
-"""
+# Only the vote takes locks on the store connection (rows, then the commit lock); {ms}: an integer.
+LOCK_TIMEOUT = "set lock_timeout = {ms}"
+
+
+# ------------------------------------------------------------------ Snapshots and polls (mvcc.py)
 
 # Every change after {since}, own commits included (the process cache needs them all).
 POLL = (
     "select c.tid, c.gc_tid, x.zoids, x.tids, c.state_format from zodb_commit c,"
     " (select array_agg(zoid) as zoids, array_agg(tid) as tids from {table} where tid > {since}) x"
 )
+
+# A read snapshot; also the start of the poll's single round trip (mvcc.py).
+SNAPSHOT_BEGIN = "begin isolation level repeatable read read only"
+COMMIT_STATE = "select tid, gc_tid, null::bigint[], null::bigint[], state_format from zodb_commit"
+LAST_TID = "select tid from zodb_commit"
+
+
+# ------------------------------------------------------------------ Loads (load.py)
 
 LOAD_CURRENT = "select tid, class_name, state, exact from zodb_object_state where zoid = %s"
 # The same, without the record when its tid is the one the process cache holds (cache.py);
@@ -47,24 +50,6 @@ FAST_LOAD = (
     b"select tid, class_name, case when tid = $2 then null else state end,"
     b" case when tid = $2 then null else exact end from zodb_object_state where zoid = $1"
 )
-
-
-
-# ------------------------------------------------------------------ Connections (connections.py)
-
-# Only the vote takes locks on the store connection (rows, then the commit lock); {ms}: an integer.
-LOCK_TIMEOUT = "set lock_timeout = {ms}"
-
-
-# ------------------------------------------------------------------ Snapshots and polls (mvcc.py)
-
-# A read snapshot; also the start of the poll's single round trip (mvcc.py).
-SNAPSHOT_BEGIN = "begin isolation level repeatable read read only"
-COMMIT_STATE = "select tid, gc_tid, null::bigint[], null::bigint[], state_format from zodb_commit"
-LAST_TID = "select tid from zodb_commit"
-
-
-# ------------------------------------------------------------------ Loads (load.py)
 
 PREFETCH = "select zoid, tid, class_name, state, exact from zodb_object_state where zoid = any(%s)"
 LOAD_BEFORE = (
@@ -95,6 +80,21 @@ DELETE_BLOB = "delete from zodb_blob_chunk where blob_id = %s"
 
 
 # ------------------------------------------------------------------ The vote and the commit (commit.py)
+
+# Locks the rows of the objects a transaction writes or deletes (in zoid order, so that two
+# committers never wait for each other in a cycle) and returns only those worth a look: a blob to
+# replace, or a row that is not what the transaction expected (a conflict). The common commit
+# gets no rows back. MATERIALIZED: every row is locked, whatever the outer query keeps.
+LOCK_AND_COMPARE = """
+with locked as materialized (
+    select zoid, tid, blob_id from zodb_object_state
+    where zoid = any(%s::bigint[]) order by zoid for update
+)
+select zoid, l.tid, l.blob_id, e.zoid is not null and l.tid is distinct from e.tid
+from locked l full join unnest(%s::bigint[], %s::bigint[]) as e (zoid, tid) using (zoid)
+where l.blob_id is not null or (e.zoid is not null and l.tid is distinct from e.tid)
+order by zoid
+"""
 
 LOCK_READ_CURRENT = "select zoid, tid from zodb_object_state where zoid = any(%s) order by zoid for share"
 COMMIT_LOCK_AT = (
@@ -202,7 +202,7 @@ ITER_RECORDS_HF = (
 )
 
 
-# ------------------------------------------------------------------ Opening, size, pack and cleanup (storage.py)
+# ------------------------------------------------------------------ Opening, pack, cleanup (storage.py)
 
 # cleanup(): everything goes, under the commit lock.
 CLEANUP = (

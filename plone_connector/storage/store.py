@@ -1,4 +1,7 @@
-"""The rows of a transaction before its vote: ``new_oid``, ``store``, ``restore``, ``deleteObject``, the COPY that streams rows into the temporary table, and the new objects kept for the vote's direct COPY into zodb_object_state."""
+"""The rows of a transaction before its vote: ``new_oid``, ``store``, ``restore``,
+``deleteObject``, the COPY that streams rows into the temporary table, and the new objects kept
+for the vote's direct COPY into zodb_object_state.
+"""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Changed objects stream into the temporary table through a COPY that stays open while the
 transaction stores (the server parses rows while the client pickles the next ones) and are moved
 from there under the commit lock. New objects cannot conflict with anything, so they wait in memory
-and are copied once, at vote, with the transaction's tid (storage.py, DIRECT_MAX_BYTES). These
+and are copied once, at vote, with the transaction's tid (store.py, DIRECT_MAX_BYTES). These
 tests pin what the paths must share: what is committed, conflicts, aborts, statements between
 stores, and the fallback to the temporary table.
 """
