@@ -126,7 +126,7 @@ class Blobs:
     def _download_blob(self, conn: psycopg.Connection, oid: bytes, serial: bytes, filename: str) -> bool:
         table = "zodb_object_history" if self._hp else "zodb_object_state"
         row = conn.execute(
-            BLOB_ID.format(table=table)
+            BLOB_ID.format(table=table),
             (u64(oid), u64(serial)),
         ).fetchone()
         if row is None or row[0] is None:

@@ -78,7 +78,8 @@ from plone_connector.storage.store import (
     Stores,
 )
 
-# Names other modules and tests import from here.
+# Names other modules and tests import from here. The settings are read where they are defined:
+# a test that changes one patches that module (store, commit, history, ...), not this one.
 __all__ = [
     "BLOB_CHUNK_SIZE",
     "COMMIT_OUTCOME_WAIT",
@@ -100,6 +101,7 @@ __all__ = [
     "exact_kind",
     "log",
 ]
+
 
 def _redacted(dsn: str) -> str:
     """The DSN without its password, for messages."""
