@@ -12,7 +12,7 @@ import ZODB.blob
 import ZODB.POSException
 from ZODB.utils import u64
 
-from plone_connector.storage.shared import _current_on_main, _store_side
+from plone_connector.storage.shared import current_on_main, store_side
 from plone_connector.storage.sql import (
     BLOB_CHUNKS,
     BLOB_ID,
@@ -28,7 +28,7 @@ BLOB_CHUNK_SIZE = 1 << 20
 class Blobs:
     """JsonbStorage's part that stores, caches and loads blobs."""
 
-    @_store_side
+    @store_side
     def storeBlob(self, oid, oldserial, data, blobfilename, version, transaction):
         if self._shared.read_only:
             raise ZODB.POSException.ReadOnlyError()
@@ -40,7 +40,7 @@ class Blobs:
             self._add_row(self._encode(oid, oldserial, data, blob_id))
             self._blob_files[oid] = self._take_blob_file(blobfilename)
 
-    @_store_side
+    @store_side
     def restoreBlob(self, oid, serial, data, blobfilename, prev_txn, transaction):
         if self._shared.read_only:
             raise ZODB.POSException.ReadOnlyError()
@@ -94,7 +94,7 @@ class Blobs:
         if self._shared.blob_cache is not None:
             self._shared.blob_cache.added(size)  # (a cleanup may remove the file at once)
 
-    @_current_on_main
+    @current_on_main
     def loadBlob(self, oid: bytes, serial: bytes) -> str:
         fshelper = self._shared.fshelper
         filename = fshelper.getBlobFilename(oid, serial)

@@ -17,7 +17,7 @@ from ZODB.utils import p64, u64, z64
 
 from plone_connector.storage.errors import CommitLockTimeout, DisconnectedError, StorageClosedError
 from plone_connector.storage.listener import CHANNEL
-from plone_connector.storage.rows import _int_array, _PendingRow
+from plone_connector.storage.rows import PendingRow, int_array
 from plone_connector.storage.shared import log
 from plone_connector.storage.sql import (
     ADVANCE_OID_SEQ,
@@ -55,9 +55,9 @@ class TwoPhaseCommit:
     def _reset_transaction(self) -> None:
         self._transaction = None
         self._restore_tid: int | None = None
-        self._pending: dict[int, _PendingRow] = {}
+        self._pending: dict[int, PendingRow] = {}
         # New objects to copy into zodb_object_state at vote, and the bytes of state they hold.
-        self._direct: dict[int, _PendingRow] = {}
+        self._direct: dict[int, PendingRow] = {}
         self._direct_bytes = 0
         self._pickles: dict[int, bytes] = {}
         # What a load from the database will return for each row written, for the process cache.
@@ -101,7 +101,7 @@ class TwoPhaseCommit:
                 "Duplicate tpc_begin calls for same transaction"
             )
         self._commit_lock.acquire()
-        with self._lock:  # read under it by reads on the main instance (_current_on_main)
+        with self._lock:  # read under it by reads on the main instance (current_on_main)
             self._reset_transaction()
             self._transaction = transaction
         self._restore_tid = u64(tid) if tid is not None else None
@@ -182,9 +182,9 @@ class TwoPhaseCommit:
         rows = conn.execute(
             LOCK_AND_COMPARE,
             (
-                _int_array(written + deletes),  # text: a third of adapting the lists
-                _int_array([zoid for zoid, _ in expected]),
-                _int_array([tid for _, tid in expected]),
+                int_array(written + deletes),  # text: a third of adapting the lists
+                int_array([zoid for zoid, _ in expected]),
+                int_array([tid for _, tid in expected]),
             ),
         ).fetchall()
         old_blobs = {zoid: blob_id for zoid, _tid, blob_id, _differs in rows if blob_id is not None}
@@ -247,7 +247,7 @@ class TwoPhaseCommit:
             if created:
                 existing = conn.execute(
                     CREATED_EXISTS,
-                    (_int_array(sorted(created)),),
+                    (int_array(sorted(created)),),
                 )
             if self._flushed:
                 conn.execute(
@@ -356,7 +356,7 @@ class TwoPhaseCommit:
         direct_refs = sorted({ref for row in self._direct.values() for ref in row.refs})
         row = conn.execute(
             NEW_REFS_PACKED_AWAY,
-            (_int_array(direct_refs), _int_array(sorted(self._direct))),
+            (int_array(direct_refs), int_array(sorted(self._direct))),
         ).fetchone()
         if row is not None:
             raise ZODB.POSException.ReadConflictError(

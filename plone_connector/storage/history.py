@@ -17,7 +17,7 @@ from persistent.TimeStamp import TimeStamp
 from ZODB.BaseStorage import DataRecord, TransactionRecord
 from ZODB.utils import p64, u64
 
-from plone_connector.storage.shared import _current_on_main, _store_side, log
+from plone_connector.storage.shared import current_on_main, log, store_side
 from plone_connector.storage.sql import (
     CURRENT_REVISION,
     HISTORY,
@@ -40,7 +40,7 @@ COPY_PROGRESS_SECONDS = 10.0
 class History:
     """JsonbStorage's part that reads and undoes past transactions and copies them."""
 
-    @_current_on_main
+    @current_on_main
     def history(self, oid: bytes, size: int = 1):
         if not self._hp:
             data, serial = self.load(oid)
@@ -84,7 +84,7 @@ class History:
 
         return self.undoLog(first, last, matches if specification else None)
 
-    @_store_side
+    @store_side
     def undo(self, transaction_id, transaction=None):
         if self._shared.read_only:
             raise ZODB.POSException.ReadOnlyError()

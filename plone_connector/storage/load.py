@@ -12,7 +12,7 @@ from psycopg import pq
 from ZODB.utils import p64, u64
 
 from plone_connector.storage import jsonstate
-from plone_connector.storage.shared import _current_on_main
+from plone_connector.storage.shared import current_on_main
 from plone_connector.storage.sql import (
     FAST_LOAD_NAME,
     HAS_HISTORY,
@@ -82,7 +82,7 @@ class Loads:
         exact = result.get_value(0, 3)
         return tid, class_name, state, exact
 
-    @_current_on_main
+    @current_on_main
     def load(self, oid: bytes, version: str = "") -> tuple[bytes, bytes]:
         zoid = u64(oid)
         cache = self._shared.cache
@@ -112,7 +112,7 @@ class Loads:
         self._remember(oid, tid, data)
         return data, tid
 
-    @_current_on_main
+    @current_on_main
     def prefetch(self, oids) -> None:
         """Load many objects in one round trip into the process cache (ZODB's Connection.prefetch)."""
         cache = self._shared.cache
@@ -132,7 +132,7 @@ class Loads:
         for zoid, tid, class_name, state, exact in rows:
             cache.put(zoid, tid, self._record(p64(zoid), tid, class_name, state, exact), snapshot)
 
-    @_current_on_main
+    @current_on_main
     def loadBefore(self, oid: bytes, tid: bytes):
         if self._hp:
             return self._load_before_hp(oid, tid)
@@ -159,7 +159,7 @@ class Loads:
             raise ZODB.POSException.POSKeyError(oid)  # its creation was undone
         return self._record(oid, start, class_name, state, exact), p64(start), (p64(end) if end else None)
 
-    @_current_on_main
+    @current_on_main
     def loadSerial(self, oid: bytes, serial: bytes) -> bytes:
         if self._resolving:
             # tryToResolveConflict asks for the state the transaction started from.

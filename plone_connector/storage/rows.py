@@ -15,7 +15,7 @@ OPAQUE = ""
 
 
 @dataclass(slots=True)
-class _PendingRow:
+class PendingRow:
     zoid: int
     prev_tid: int
     class_name: str | None  # None: a new object's row not transcoded yet (store, _transcode)
@@ -37,7 +37,7 @@ class _PendingRow:
 
 # Exact copies whose reason may be a transcoder gap or bug (worth a look) log at WARNING; the
 # format's known limits (a type without a JSON form, bytes that are not a ZODB pickle) at INFO.
-_EXACT_WARNING_KINDS = frozenset({"round trip differs", "unreadable"})
+EXACT_WARNING_KINDS = frozenset({"round trip differs", "unreadable"})
 
 
 def exact_kind(reason: str | None) -> str:
@@ -47,7 +47,7 @@ def exact_kind(reason: str | None) -> str:
 
 
 
-def _transcoded(row: _PendingRow) -> _PendingRow:
+def transcoded(row: PendingRow) -> PendingRow:
     """``row`` (its ``pickle``, not transcoded yet) with the fields the transcoder gives it."""
     try:
         class_name, text, refs, exact, reason, record = jsonstate.encode_row(row.pickle)
@@ -69,19 +69,19 @@ def _transcoded(row: _PendingRow) -> _PendingRow:
     return row
 
 
-def _copy_line(row: _PendingRow) -> str:
+def copy_line(row: PendingRow) -> str:
     """The row as a line of COPY's text format for the temporary table (a fifth of psycopg's
     write_row per row)."""
     data_tid = _NULL if row.data_tid is None else row.data_tid
     return f"{row.zoid}\t{row.prev_tid}\t{_copy_fields(row)}\t{data_tid}\n"
 
 
-def _state_line(row: _PendingRow, tid: int) -> str:
+def state_line(row: PendingRow, tid: int) -> str:
     """The row as a line of COPY's text format for zodb_object_state, written at ``tid``."""
     return f"{row.zoid}\t{tid}\t{_copy_fields(row)}\n"
 
 
-def _copy_fields(row: _PendingRow) -> str:
+def _copy_fields(row: PendingRow) -> str:
     """class_name, state, refs, exact and blob_id in COPY's text format.
 
     Text fields escape what COPY reads specially (backslash, tab, newline, carriage return);
@@ -92,7 +92,7 @@ def _copy_fields(row: _PendingRow) -> str:
     state = row.state_json
     if "\\" in state:  # JSON escapes control characters: only its backslashes need escaping
         state = state.replace("\\", "\\\\")
-    return f"{_copy_escape(row.class_name)}\t{state}\t{_int_array(row.refs)}\t{exact}\t{blob_id}"
+    return f"{_copy_escape(row.class_name)}\t{state}\t{int_array(row.refs)}\t{exact}\t{blob_id}"
 
 
 _NULL = "\\N"
@@ -110,7 +110,7 @@ def _copy_escape(text: str) -> str:
     return text
 
 
-def _int_array(values: list[int | None]) -> str:
+def int_array(values: list[int | None]) -> str:
     """A bigint[] in PostgreSQL's text form: a quarter of psycopg's cost of adapting a list
     (1.2 of 4.5 us per COPY row, 1,000 rows of two references)."""
     if None in values:
@@ -118,7 +118,8 @@ def _int_array(values: list[int | None]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
-def _serial(serial: bytes | str | None) -> int:
+def serial_tid(serial: bytes | str | None) -> int:
+    """The tid a serial names as an integer, 0 for none (a new object)."""
     if not serial:
         return 0
     if isinstance(serial, str):  # some callers (ZODB's blob doctests) pass '\0' * 8

@@ -1,5 +1,5 @@
 """What the parts of JsonbStorage share: the state of one storage and all its instances
-(``_Shared``), the logger, and the decorators that say how a call treats its connection.
+(``Shared``), the logger, and the decorators that say how a call treats its connection.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from plone_connector.storage.listener import InvalidationListener
 log = logging.getLogger("plone_connector.storage.storage")
 
 
-def _store_side(method):
+def store_side(method):
     """A broken connection while writing: drop it, raise the transient DisconnectedError."""
 
     @functools.wraps(method)
@@ -37,7 +37,7 @@ def _store_side(method):
     return wrapper
 
 
-def _current_on_main(method):
+def current_on_main(method):
     """Reads on the main instance (the DB's own: DB.history, db.storage.load, scripts) see the
     database as it is now, like FileStorage's, in a snapshot of their own that ends with the
     call. ZODB never polls the main instance, so a snapshot kept between calls would go stale
@@ -64,7 +64,7 @@ def _current_on_main(method):
 
 
 @dataclass
-class _Shared:
+class Shared:
     """What a storage and all its instances share: configuration, oid-free state, the listener."""
 
     dsn: str

@@ -60,7 +60,7 @@ from plone_connector.storage.load import RECENT_STATES, Loads
 from plone_connector.storage.mvcc import Snapshots
 from plone_connector.storage.rows import OPAQUE, exact_kind
 from plone_connector.storage.schema import migrate
-from plone_connector.storage.shared import _Shared, log
+from plone_connector.storage.shared import Shared, log
 from plone_connector.storage.sql import (
     CLEANUP,
     COUNT_OBJECTS,
@@ -175,7 +175,7 @@ class JsonbStorage(Loads, Snapshots, Stores, TwoPhaseCommit, Blobs, History, Con
         commit_lock_timeout: float = 30.0,
         blob_cache_size: int | None = None,
         blob_cache_size_check: int = 10,
-        _shared: _Shared | None = None,
+        _shared: Shared | None = None,
     ):
         if _shared is None:
             # Options first: a bad one leaves nothing behind (no schema change, no directory).
@@ -204,7 +204,7 @@ class JsonbStorage(Loads, Snapshots, Stores, TwoPhaseCommit, Blobs, History, Con
             if blob_cache_size is not None:
                 blob_cache = BlobCacheLimit(blob_dir, fshelper.temp_dir, blob_cache_size, blob_cache_size_check)
                 blob_cache.start_cleanup()  # a kept directory may already be over the limit
-            _shared = _Shared(
+            _shared = Shared(
                 dsn=dsn,
                 name=name or "JsonbStorage",
                 history_preserving=history_preserving,

@@ -15,15 +15,15 @@ from ZODB.utils import p64, u64
 
 from plone_connector.storage.errors import DisconnectedError, StorageClosedError
 from plone_connector.storage.rows import (
-    _EXACT_WARNING_KINDS,
-    _copy_line,
-    _PendingRow,
-    _serial,
-    _state_line,
-    _transcoded,
+    EXACT_WARNING_KINDS,
+    PendingRow,
+    copy_line,
     exact_kind,
+    serial_tid,
+    state_line,
+    transcoded,
 )
-from plone_connector.storage.shared import _store_side, log
+from plone_connector.storage.shared import log, store_side
 from plone_connector.storage.sql import (
     COPY_NEW_STATES,
     COPY_TEMP,
@@ -65,7 +65,7 @@ TEMP_TRUNCATE_ROWS = 50_000
 class Stores:
     """JsonbStorage's part that collects and sends a transaction's rows."""
 
-    @_store_side
+    @store_side
     def new_oid(self) -> bytes:
         if self._closed:
             raise StorageClosedError(self.__name__)
@@ -133,10 +133,10 @@ class Stores:
         finally:
             cursor.close()
 
-    def _encode(self, oid: bytes, prev: bytes, data: bytes, blob_id: int | None) -> _PendingRow:
-        return _transcoded(_PendingRow(int.from_bytes(oid, "big"), _serial(prev), None, "", [], None, blob_id, data))
+    def _encode(self, oid: bytes, prev: bytes, data: bytes, blob_id: int | None) -> PendingRow:
+        return transcoded(PendingRow(int.from_bytes(oid, "big"), serial_tid(prev), None, "", [], None, blob_id, data))
 
-    @_store_side
+    @store_side
     def store(self, oid, serial, data, version, transaction):
         if self._shared.read_only:
             raise ZODB.POSException.ReadOnlyError()
@@ -145,14 +145,14 @@ class Stores:
         self._check_transaction(transaction)
         with self._lock:
             zoid = u64(oid)
-            if _serial(serial) == 0:
+            if serial_tid(serial) == 0:
                 # A new object: transcoded at vote, in the COPY that sends it (_send_direct),
                 # while the server stores the rows before it, unless _add_row sends it another way.
-                self._add_row(_PendingRow(zoid, 0, None, "", [], None, self._uploaded.get(zoid), data))
+                self._add_row(PendingRow(zoid, 0, None, "", [], None, self._uploaded.get(zoid), data))
             else:
                 self._add_row(self._encode(oid, serial, data, self._uploaded.get(zoid)))
 
-    def _add_row(self, row: _PendingRow) -> None:
+    def _add_row(self, row: PendingRow) -> None:
         zoid = row.zoid
         if self._deletes:
             self._deletes.discard(zoid)
@@ -184,9 +184,9 @@ class Stores:
         if len(self._pending) >= STORE_BATCH_ROWS:
             self._flush()
 
-    def _transcode(self, row: _PendingRow) -> _PendingRow:
+    def _transcode(self, row: PendingRow) -> PendingRow:
         """A new object's row that store() left as its pickle, transcoded in place."""
-        _transcoded(row)
+        transcoded(row)
         self._written[row.zoid] = row.loaded
         if row.exact is not None:
             self._note_exact(row)
@@ -206,14 +206,14 @@ class Stores:
             for row in self._direct.values():
                 if row.class_name is None:
                     self._transcode(row)
-                lines.append(_state_line(row, tid))
+                lines.append(state_line(row, tid))
                 if len(lines) == DIRECT_COPY_ROWS:
                     copy.write("".join(lines))
                     lines = []
             if lines:
                 copy.write("".join(lines))
 
-    def _note_exact(self, row: _PendingRow) -> None:
+    def _note_exact(self, row: PendingRow) -> None:
         """Remember an exact copy until tpc_finish counts it (an aborted one never is)."""
         if row.exact is None:
             self._exact.pop(row.zoid, None)
@@ -228,7 +228,7 @@ class Stores:
             kind = exact_kind(reason)
             kinds[kind] += 1
             log.log(
-                logging.WARNING if kind in _EXACT_WARNING_KINDS else logging.INFO,
+                logging.WARNING if kind in EXACT_WARNING_KINDS else logging.INFO,
                 "kept an exact pickle of oid 0x%x (%s) at tid 0x%x: %s",
                 zoid, class_name or "not a ZODB record", tid, reason,
             )
@@ -242,7 +242,7 @@ class Stores:
         again = [row.zoid for row in rows if row.zoid in self._flushed]
         if again:
             self._begin_db_transaction().execute(DELETE_TEMP_ROWS, (again,))
-        self._copy_rows("".join(map(_copy_line, rows)))
+        self._copy_rows("".join(map(copy_line, rows)))
         self._temp_rows += len(rows)
         self._flushed.update(row.zoid for row in rows)
         self._pending.clear()
@@ -257,7 +257,7 @@ class Stores:
             self._flush()
             self._begin_db_transaction()
 
-    @_store_side
+    @store_side
     def restore(self, oid, serial, data, version, prev_txn, transaction):
         if self._shared.read_only:
             raise ZODB.POSException.ReadOnlyError()
@@ -274,7 +274,7 @@ class Stores:
             row.data_tid = u64(prev_txn) if prev_txn else None
             self._add_row(row)
 
-    @_store_side
+    @store_side
     def deleteObject(self, oid, serial, transaction):
         """IExternalGC: delete the object in this transaction; ``serial`` must be its current tid
         (checked at vote, a ConflictError otherwise). History-preserving: a deletion revision, so
