@@ -74,7 +74,7 @@ COPY_TEXTS = ["a\\b", "\\", "\\\\N", "\\N", "\\.", "tab\there", "line\nbreak", "
 
 
 def test_texts_copy_reads_specially_come_back_unchanged(storage, other_process):
-    """Rows go to PostgreSQL as COPY text lines the storage writes itself (storage._copy_line)."""
+    """Rows go to PostgreSQL as COPY text lines the storage writes itself (rows.copy_line)."""
     db = ZODB.DB(storage)
     try:
         value = PersistentMapping({text: [text, (text,), {text: text}] for text in COPY_TEXTS})

@@ -23,7 +23,7 @@ from ZODB.tests.StorageTestBase import zodb_pickle, zodb_unpickle
 from ZODB.utils import p64, u64
 
 from plone_connector.storage import JsonbStorage
-from plone_connector.storage import storage as storage_module
+from plone_connector.storage import commit as commit_module
 from plone_connector.storage.storage import DisconnectedError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -357,7 +357,7 @@ def test_lost_commit_still_running_on_the_server_is_waited_for(storage, storage_
 
 
 def test_lost_commit_running_too_long_is_ended_and_reported_transient(storage, storage_dsn, lose_commit, monkeypatch):
-    monkeypatch.setattr(storage_module, "COMMIT_OUTCOME_WAIT", 0.3)
+    monkeypatch.setattr(commit_module, "COMMIT_OUTCOME_WAIT", 0.3)
     lose_commit(storage_dsn, "slow", 60)
     t, oids = _begin_store(storage)
     storage.tpc_vote(t)

@@ -17,6 +17,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from zope.interface.verify import verifyObject
 
 from plone_connector.storage import JsonbStorage, StorageOpenError
+from plone_connector.storage import history as history_module
 from plone_connector.storage import storage as storage_module
 from plone_connector.storage.schema import LATEST
 
@@ -136,7 +137,7 @@ def test_the_copy_logs_its_progress_and_a_summary(fresh_dsn, tmp_path, caplog, m
             if ZODB.blob.is_blob_record(record.data):
                 lost = source.loadBlob(record.oid, record.tid)
     os.remove(lost)
-    monkeypatch.setattr(storage_module, "COPY_PROGRESS_SECONDS", 0.0)
+    monkeypatch.setattr(history_module, "COPY_PROGRESS_SECONDS", 0.0)
     destination = JsonbStorage(fresh_dsn, blob_dir=str(tmp_path / "dst"))
     try:
         with caplog.at_level(logging.INFO, logger=storage_module.log.name):

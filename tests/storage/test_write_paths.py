@@ -3,7 +3,7 @@
 Changed objects stream into the temporary table through a COPY that stays open while the
 transaction stores (the server parses rows while the client pickles the next ones) and are moved
 from there under the commit lock. New objects cannot conflict with anything, so they wait in memory
-and are copied once, at vote, with the transaction's tid (storage.py, DIRECT_MAX_BYTES). These
+and are copied once, at vote, with the transaction's tid (store.py, DIRECT_MAX_BYTES). These
 tests pin what the paths must share: what is committed, conflicts, aborts, statements between
 stores, and the fallback to the temporary table.
 """
@@ -24,7 +24,9 @@ from ZODB.tests.StorageTestBase import zodb_pickle, zodb_unpickle
 from ZODB.utils import p64, z64
 
 from plone_connector.storage import JsonbStorage
+from plone_connector.storage import sql as sql_module
 from plone_connector.storage import storage as storage_module
+from plone_connector.storage import store as store_module
 from plone_connector.storage.listener import CHANNEL
 
 
@@ -92,7 +94,7 @@ def test_a_transaction_that_only_creates_leaves_the_temporary_table_alone(storag
 
 
 def test_creations_beyond_the_memory_limit_take_the_temporary_table(storage, storage_dsn, monkeypatch):
-    monkeypatch.setattr(storage_module, "DIRECT_MAX_BYTES", 200)
+    monkeypatch.setattr(store_module, "DIRECT_MAX_BYTES", 200)
     oids = [storage.new_oid() for _ in range(20)]
     t = TransactionMetaData()
     storage.tpc_begin(t)
@@ -218,7 +220,7 @@ def test_the_vote_locks_every_row_it_writes_and_returns_only_conflicts(storage, 
 
     def execute(query, params=None, **kwargs):
         cursor = real_execute(query, params, **kwargs)
-        if query is storage_module._LOCK_AND_COMPARE:
+        if query is sql_module.LOCK_AND_COMPARE:
             # Before the vote writes anything: the lock query's own locks.
             returned.append(cursor.rowcount)
             with psycopg.connect(storage_dsn, autocommit=True) as other:
@@ -277,7 +279,7 @@ def test_the_temporary_table_is_emptied_by_each_vote_and_truncated_now_and_then(
     """It keeps rows across commits (no ON COMMIT DELETE ROWS, whose truncation cost every
     commit a millisecond): each vote deletes what it moved, an abort leaves nothing visible, and
     the dead rows are truncated away once TEMP_TRUNCATE_ROWS went in."""
-    monkeypatch.setattr(storage_module, "TEMP_TRUNCATE_ROWS", 250)
+    monkeypatch.setattr(store_module, "TEMP_TRUNCATE_ROWS", 250)
     oids = [storage.new_oid() for _ in range(100)]
     tid = _commit(storage, [(oid, z64, 0) for oid in oids])
     pages = []
@@ -311,7 +313,7 @@ def test_a_copy_reopened_mid_transaction_never_truncates_the_rows_sent_before(
     """The temporary table is truncated when a COPY opens after TEMP_TRUNCATE_ROWS went in, but
     only while this transaction has no rows in it: reopened later (after a new oid block, a
     blob upload, a second store of an object already sent) it must keep them."""
-    monkeypatch.setattr(storage_module, "TEMP_TRUNCATE_ROWS", 100)
+    monkeypatch.setattr(store_module, "TEMP_TRUNCATE_ROWS", 100)
     oids = [storage.new_oid() for _ in range(101)]
     tid = _commit(storage, [(oid, z64, 0) for oid in oids])
     t = TransactionMetaData()
@@ -387,7 +389,7 @@ def test_two_processes_creating_one_oid_at_once_give_one_conflict(
     hp = path == "history-preserving"
     dsn = hp_storage_dsn if hp else storage_dsn
     if path != "direct":
-        monkeypatch.setattr(storage_module, "DIRECT_MAX_BYTES", 0)
+        monkeypatch.setattr(store_module, "DIRECT_MAX_BYTES", 0)
     first = JsonbStorage(dsn, history_preserving=hp)
     first.cleanup()
     second = JsonbStorage(dsn, history_preserving=hp)
