@@ -30,11 +30,7 @@ class Blobs:
 
     @store_side
     def storeBlob(self, oid, oldserial, data, blobfilename, version, transaction):
-        if self._shared.read_only:
-            raise ZODB.POSException.ReadOnlyError()
-        if version:
-            raise ZODB.POSException.Unsupported("Versions aren't supported")
-        self._check_transaction(transaction)
+        self._check_write(version, transaction)
         with self._lock:
             blob_id = self._upload_blob(oid, blobfilename)
             self._add_row(self._encode(oid, oldserial, data, blob_id))

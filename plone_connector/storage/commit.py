@@ -129,6 +129,16 @@ class TwoPhaseCommit:
         if transaction is not self._transaction:
             raise ZODB.POSException.StorageTransactionError(self, transaction)
 
+    def _check_write(self, version, transaction) -> None:
+        """What store, restore and storeBlob refuse before they write: a read-only storage, a
+        version, a transaction other than the one begun."""
+        if self._shared.read_only:
+            raise ZODB.POSException.ReadOnlyError()
+        if version:
+            raise ZODB.POSException.Unsupported("Versions aren't supported")
+        if transaction is not self._transaction:
+            raise ZODB.POSException.StorageTransactionError(self, transaction)
+
     def tpc_vote(self, transaction):
         self._check_transaction(transaction)
         with self._lock:

@@ -138,11 +138,7 @@ class Stores:
 
     @store_side
     def store(self, oid, serial, data, version, transaction):
-        if self._shared.read_only:
-            raise ZODB.POSException.ReadOnlyError()
-        if version:
-            raise ZODB.POSException.Unsupported("Versions aren't supported")
-        self._check_transaction(transaction)
+        self._check_write(version, transaction)
         with self._lock:
             zoid = u64(oid)
             if serial_tid(serial) == 0:
@@ -259,11 +255,7 @@ class Stores:
 
     @store_side
     def restore(self, oid, serial, data, version, prev_txn, transaction):
-        if self._shared.read_only:
-            raise ZODB.POSException.ReadOnlyError()
-        if version:
-            raise ZODB.POSException.Unsupported("Versions aren't supported")
-        self._check_transaction(transaction)
+        self._check_write(version, transaction)
         with self._lock:
             if data is None:
                 # An undone creation: in history-free storage the object simply goes away.
