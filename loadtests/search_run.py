@@ -435,9 +435,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks", help="the report's folder")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    shown = [f"<{Path(a).name}>" if args.floor and a == str(args.floor) else a for a in sys.argv[1:]]
+    # The floor script by its file name, an output folder outside the project as <dir>: no machine's path.
+    outside = not args.out.resolve().is_relative_to(ROOT)
+    shown = [f"<{Path(a).name}>" if args.floor and a == str(args.floor) else
+             "<dir>" if outside and a == str(args.out) else a for a in sys.argv[1:]]
     command = "make loadtest-search" if os.environ.get("LOADSEARCH_FROM_MAKE") else \
-        " ".join(["loadtests/search_run.py", *shown])  # the floor script by its name: no machine's path
+        " ".join(["loadtests/search_run.py", *shown])
     catalog = f"loadsearch-{args.objects}-{plone_site.corpus_version()}"  # a changed corpus is loaded anew
 
     folder = plone_site.ensure_site(args.objects, args.plone_cache)
