@@ -19,7 +19,7 @@ from . import demo_page, logs
 from .api import batches, catalogs, cors, docs, health, keys, problems, search
 from .api.problems import problem
 from .db import resolve_dsn
-from .metrics import FACET_CACHE, LATENCY, REQUESTS, RESOLVED
+from .metrics import FACET_CACHE, LATENCY, PAGE_CACHE, REQUESTS, RESOLVED
 from .public import routes as public_routes
 from .public import suggest as public_suggest
 from .settings import Settings, get_settings
@@ -243,6 +243,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.registry = CatalogRegistry()
     app.state.counts = CountCache(settings.count_cache_size)
     app.state.facet_counts = CountCache(settings.facet_cache_size, metric=FACET_CACHE)
+    app.state.pages = CountCache(settings.page_cache_size, metric=PAGE_CACHE)
     problems.install(app)
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(Observe)

@@ -15,6 +15,8 @@ COUNT_CACHE = Counter("catalog_count_cache_total", "Search totals served from th
                       "or counted (miss)", ["result"], registry=REGISTRY)
 FACET_CACHE = Counter("catalog_facet_cache_total", "Facet counts served from the facet cache (hit) "
                       "or counted (miss)", ["result"], registry=REGISTRY)
+PAGE_CACHE = Counter("catalog_page_cache_total", "Search answers served from the page cache (hit) "
+                     "or read and kept (miss)", ["result"], registry=REGISTRY)
 BATCH_ENTRIES = Counter("catalog_batch_entries_total", "Index batch entries received", ["catalog", "stage"],
                         registry=REGISTRY)
 BATCHES = Counter("catalog_batches_total", "Batches by outcome", ["catalog", "outcome"], registry=REGISTRY)

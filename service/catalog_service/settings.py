@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     # Facet counts (with their total) kept per worker on the same terms (docs/decisions/0019); an
     # entry holds up to 16 facets of 1,000 values each.
     facet_cache_size: int = Field(default=1000, ge=0)
+    # Whole answers (page, total, facet counts) of repeated searches of up to PAGE_CACHE_MAX_ROWS
+    # rows, kept per worker on the same terms (store/search.py); 0 turns the cache off.
+    page_cache_size: int = Field(default=1000, ge=0)
     # PostgreSQL work_mem of the service's sessions: the sort of a long unbatched listing or of
     # relevance scores must stay in memory (the server default, 4MB, spills them to disk).
     work_mem: str = Field(default="32MB", pattern=r"^[0-9]+ ?(kB|MB|GB)$")

@@ -42,9 +42,10 @@ async def searched(conn, state, catalog, body: SearchRequest, cred: Credential, 
     catalog changed since it was loaded, and when a token the catalog does not know may be one
     of a rotation newer than the catalog loaded (unless it was ``refreshed`` already)."""
     caller = caller_for(state, catalog, cred, refreshed)
+    caches = {"counts": state.counts, "facet_cache": state.facet_counts, "pages": getattr(state, "pages", None)}
     if caller.trusted:
         return await runner(conn, catalog, body, security_for(caller, cred, body.show_inactive, datetime.now(UTC)),
-                            lim, counts=state.counts, facet_cache=state.facet_counts)
+                            lim, **caches)
     if SECURITY_INDEX in body.query:
         raise Forbidden(f"{SECURITY_INDEX} is decided by the server, not by the query")
     if body.batch_ids:
@@ -53,11 +54,10 @@ async def searched(conn, state, catalog, body: SearchRequest, cred: Credential, 
     bounded = state_limits(state, trusted=False)
     timeout = state.settings.public_search_timeout
     if timeout <= 0:
-        return await runner(conn, catalog, body, security, bounded, counts=state.counts, facet_cache=state.facet_counts)
+        return await runner(conn, catalog, body, security, bounded, **caches)
     try:
         async with asyncio.timeout(timeout):
-            return await runner(conn, catalog, body, security, bounded, counts=state.counts,
-                                facet_cache=state.facet_counts)
+            return await runner(conn, catalog, body, security, bounded, **caches)
     except TimeoutError:
         # asyncpg cancelled the statement on the server.
         raise LimitExceeded(f"the search took longer than {timeout:g} s, the most for a search without the "

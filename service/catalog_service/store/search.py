@@ -369,11 +369,51 @@ class StaleSchema(Exception):
     """The catalog changed (schema revision, or dropped and recreated) since it was cached."""
 
 
+# The page cache keeps answers of at most this many rows (a page of Plone's metadata is about
+# 1.3 kB a row: 1,000 pages of 20 rows take about 26 MB).
+PAGE_CACHE_MAX_ROWS = 100
+
+
+def _page_key(catalog: Catalog, plan: SearchPlan, request: SearchRequest, nothing: bool) -> tuple:
+    """What an answer depends on: the statement and its parameters (the query, the caller's
+    principals and scope, the minute of the effective-date filter, the page's bounds, the
+    metadata asked for) and the facets asked for."""
+    return (catalog.id, plan.sql, repr(plan.params), repr(request.facets), nothing)
+
+
 async def _execute(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest, security: Security,
-                   limits: Limits, counts: CountCache | None, facet_cache: CountCache | None):
+                   limits: Limits, counts: CountCache | None, facet_cache: CountCache | None,
+                   pages: CountCache | None = None):
     """(plan, the page's rows, head row: counter, schema revision, batch state, total; the facet
-    counts as facet_counts gives them, or None when none were asked)."""
-    facets = parse_facets(request.facets, catalog.schema, limits) if request.facets else []
+    counts as facet_counts gives them, or None when none were asked).
+
+    With ``pages``, the whole answer of a search repeated while the catalog's counter and schema
+    revision stand comes from the cache: the pair is read first (one short statement) and
+    compared with the one the answer was read at, as the count cache does. Searches over staged
+    batches or waiting for one (``after_batch``) are never kept."""
+    plan, nothing = await _plan(conn, catalog, request, security, limits)
+    page_key = None
+    if pages is not None and pages.size > 0 and not request.batch_ids and request.after_batch is None:
+        page_key = _page_key(catalog, plan, request, nothing)
+        cached = pages.get(page_key)
+        if cached is not None:
+            now = await conn.fetchrow("select counter, schema_rev from catalog where id = $1", catalog.id)
+            if now is not None and cached[:2] == (now["counter"], now["schema_rev"]):
+                pages.record(hit=True)
+                return cached[2]
+    result = await _answer(conn, catalog, request, security, limits, counts, facet_cache, plan, nothing)
+    if page_key is not None and len(result[1]) <= PAGE_CACHE_MAX_ROWS:
+        pages.record(hit=False)
+        pages.put(page_key, result[2]["counter"], result[2]["schema_rev"], result)
+    return result
+
+
+async def _plan(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest, security: Security,
+                limits: Limits) -> tuple[SearchPlan, bool]:
+    """The search's plan, after the checks that need the database (the globs' lexicon words, a
+    deferred error's precheck), and whether it is the empty answer a deferred error gives."""
+    if request.facets:
+        parse_facets(request.facets, catalog.schema, limits)  # a facet's error comes first
     nothing = False
     plan = plan_search(
         request.query, catalog.schema, limits, security,
@@ -400,6 +440,14 @@ async def _execute(conn: asyncpg.Connection, catalog: Catalog, request: SearchRe
             raise plan.deferred_error
         plan = plan_search({}, catalog.schema, limits, UNRESTRICTED)  # nothing: an empty answer
         nothing = True
+    return plan, nothing
+
+
+async def _answer(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest, security: Security,
+                  limits: Limits, counts: CountCache | None, facet_cache: CountCache | None, plan: SearchPlan,
+                  nothing: bool):
+    """_execute's answer read from the database."""
+    facets = parse_facets(request.facets, catalog.schema, limits) if request.facets else []
     counted = None
     if facets:
         def facets_planned(params):
@@ -426,8 +474,9 @@ async def _execute(conn: asyncpg.Connection, catalog: Catalog, request: SearchRe
 
 async def search(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest,
                  security: Security, limits: Limits, counts: CountCache | None = None,
-                 facet_cache: CountCache | None = None) -> Answer:
-    plan, hits, head, facet_result = await _execute(conn, catalog, request, security, limits, counts, facet_cache)
+                 facet_cache: CountCache | None = None, pages: CountCache | None = None) -> Answer:
+    plan, hits, head, facet_result = await _execute(conn, catalog, request, security, limits, counts, facet_cache,
+                                                    pages)
     complete = request.after_batch is None or head["batch_state"] == "committed"
     items = [
         {"rid": r["rid"], "uid": r["uid"], "path": r["path"],
@@ -475,8 +524,9 @@ class Page:
 
 async def search_page(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest,
                       security: Security, limits: Limits, counts: CountCache | None = None,
-                      facet_cache: CountCache | None = None) -> Page:
-    plan, hits, head, facet_result = await _execute(conn, catalog, request, security, limits, counts, facet_cache)
+                      facet_cache: CountCache | None = None, pages: CountCache | None = None) -> Page:
+    plan, hits, head, facet_result = await _execute(conn, catalog, request, security, limits, counts, facet_cache,
+                                                    pages)
     complete = request.after_batch is None or head["batch_state"] == "committed"
     brains = [Brain(uid=r["uid"], path=r["path"], score=plan.zcatalog_score(r["score"]),
                     metadata=orjson.loads(r["meta"])) for r in hits]
