@@ -40,25 +40,23 @@ def catalog_uid(path: str) -> str:
 # -- index values ---------------------------------------------------------------------------
 
 
-def _iso_offset(seconds: float) -> str:
-    sign = "-" if seconds < 0 else "+"
-    minutes, seconds = divmod(abs(int(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{sign}{hours:02d}:{minutes:02d}" + (f":{seconds:02d}" if seconds else "")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def iso_datetime(value: DateTime) -> str:
-    """A DateTime as ISO 8601 with its offset, to the microsecond."""
-    micros = value.micros() % 1_000_000
-    base = value.ISO8601()  # seconds precision with offset, e.g. 2026-01-02T03:04:05+01:00
-    if value.timezoneNaive():
-        # ISO8601() leaves the offset out of a DateTime made without a zone (DateTime("2026/01/02
-        # 03:04"), DateTime(a naive datetime)), though it holds one instant in the process's
-        # local zone; without it the service would read the time as UTC.
-        base += _iso_offset(value.tzoffset())
-    if micros:
-        return f"{base[:19]}.{micros:06d}{base[19:]}"
-    return base
+    """A DateTime's instant (its micros(): what DateIndex reads through toZone('UTC'), and the
+    other date indexes too) as ISO 8601 with the DateTime's offset, to the microsecond.
+
+    Not ISO8601(): for a wall time in its zone's summer-time gap (DateTime(2024, 3, 31, 2, 30, 0,
+    'Europe/Berlin'), which a form can send) that prints the wall time with the standard offset,
+    an hour away from the instant the DateTime holds and ZCatalog indexes. It also leaves the
+    offset out of a DateTime made without a zone (DateTime("2026/01/02 03:04")), though that holds
+    one instant in the process's local zone."""
+    instant = _EPOCH + dt.timedelta(microseconds=value.micros())
+    offset = dt.timedelta(seconds=int(value.tzoffset()))
+    if offset % dt.timedelta(minutes=1):  # a zone's local mean time (+00:53:28): the instant in UTC
+        offset = dt.timedelta(0)
+    return instant.astimezone(dt.timezone(offset)).isoformat()
 
 
 def index_date(value) -> str | None:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from catalog_schemas.api import IndexDeclaration
 from plone_connector.catalog.extraction import recurrence_value
-from plone_connector.catalog.wire import query_value
+from plone_connector.catalog.wire import iso_datetime, query_value
 from tests.service.oracle import CatalogObject, recurrence_attrs
 
 ROOT = "/plone"
@@ -244,8 +244,9 @@ def plone_objects(draw, min_size=1, max_size=12) -> list[CatalogObject]:
 
 def wire_date(value: Any) -> Any:
     if isinstance(value, DateTime):
-        # ISO8601() keeps the DateTime's own offset; asdatetime() can pick a zone's LMT offset.
-        return value.ISO8601()
+        # The DateTime's instant, as the connector sends it (ISO8601() is an hour off for a wall
+        # time in its zone's summer-time gap; asdatetime() can pick a zone's LMT offset).
+        return iso_datetime(value)
     if isinstance(value, datetime.datetime | datetime.date):
         return value.isoformat()
     return value
