@@ -39,8 +39,9 @@ class Settings(BaseSettings):
     # entry holds up to 16 facets of 1,000 values each.
     facet_cache_size: int = Field(default=1000, ge=0)
     # Whole answers (page, total, facet counts) of repeated searches of up to PAGE_CACHE_MAX_ROWS
-    # rows, kept per worker on the same terms (store/search.py); 0 turns the cache off.
-    page_cache_size: int = Field(default=1000, ge=0)
+    # rows, kept per worker on the same terms (store/search.py); 0 (the default) turns it off: an
+    # entry can hold 100 rows of metadata, so a size is a memory budget to choose (decision 0006).
+    page_cache_size: int = Field(default=0, ge=0)
     # PostgreSQL work_mem of the service's sessions: the sort of a long unbatched listing or of
     # relevance scores must stay in memory (the server default, 4MB, spills them to disk).
     work_mem: str = Field(default="32MB", pattern=r"^[0-9]+ ?(kB|MB|GB)$")
