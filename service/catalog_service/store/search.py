@@ -391,6 +391,7 @@ async def _execute(conn: asyncpg.Connection, catalog: Catalog, request: SearchRe
     revision stand comes from the cache: the pair is read first (one short statement) and
     compared with the one the answer was read at, as the count cache does. Searches over staged
     batches or waiting for one (``after_batch``) are never kept."""
+    facets = parse_facets(request.facets, catalog.schema, limits) if request.facets else []  # errors first
     plan, nothing = await _plan(conn, catalog, request, security, limits)
     page_key = None
     if pages is not None and pages.size > 0 and not request.batch_ids and request.after_batch is None:
@@ -401,7 +402,7 @@ async def _execute(conn: asyncpg.Connection, catalog: Catalog, request: SearchRe
             if now is not None and cached[:2] == (now["counter"], now["schema_rev"]):
                 pages.record(hit=True)
                 return cached[2]
-    result = await _answer(conn, catalog, request, security, limits, counts, facet_cache, plan, nothing)
+    result = await _answer(conn, catalog, request, security, limits, counts, facet_cache, plan, nothing, facets)
     if page_key is not None and len(result[1]) <= PAGE_CACHE_MAX_ROWS:
         pages.record(hit=False)
         pages.put(page_key, result[2]["counter"], result[2]["schema_rev"], result)
@@ -412,8 +413,6 @@ async def _plan(conn: asyncpg.Connection, catalog: Catalog, request: SearchReque
                 limits: Limits) -> tuple[SearchPlan, bool]:
     """The search's plan, after the checks that need the database (the globs' lexicon words, a
     deferred error's precheck), and whether it is the empty answer a deferred error gives."""
-    if request.facets:
-        parse_facets(request.facets, catalog.schema, limits)  # a facet's error comes first
     nothing = False
     plan = plan_search(
         request.query, catalog.schema, limits, security,
@@ -445,9 +444,8 @@ async def _plan(conn: asyncpg.Connection, catalog: Catalog, request: SearchReque
 
 async def _answer(conn: asyncpg.Connection, catalog: Catalog, request: SearchRequest, security: Security,
                   limits: Limits, counts: CountCache | None, facet_cache: CountCache | None, plan: SearchPlan,
-                  nothing: bool):
-    """_execute's answer read from the database."""
-    facets = parse_facets(request.facets, catalog.schema, limits) if request.facets else []
+                  nothing: bool, facets: list):
+    """_execute's answer read from the database (``facets`` as parse_facets gave them)."""
     counted = None
     if facets:
         def facets_planned(params):
